@@ -1,0 +1,185 @@
+"""The L0 index: frontmatter hints (titles, keywords, domains, entities) per document.
+
+L0 output is hint data, never evidence. Matching is case-insensitive and NFKC-normalized:
+whole words for space-separated scripts, substrings for scripts written without spaces.
+
+>>> index = L0Index([L0Document("refunds", "Refund Policy", ("chargeback",), ("payments",), ())])
+>>> index.match("How do I handle a Chargeback?").domains
+['payments']
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+FORMAT_VERSION = 1
+
+# Scripts written without spaces between words: CJK ideographs, kana, Hangul-free East Asian
+# scripts and Southeast Asian scripts. Terms containing them match as substrings.
+_UNSPACED = re.compile(
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
+)
+_WORD = re.compile(r"\w+")
+
+
+def normalize(text: str) -> str:
+    """NFKC + casefold: the form in which queries and terms are compared."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _words(normalized: str) -> list[str]:
+    return _WORD.findall(_UNSPACED.sub(" ", normalized))
+
+
+@dataclass(frozen=True, slots=True)
+class L0Document:
+    """The frontmatter hints of one knowledge document."""
+
+    doc_id: str
+    title: str
+    keywords: tuple[str, ...] = ()
+    domains: tuple[str, ...] = ()
+    entities: tuple[str, ...] = ()
+
+
+class L0Hints(BaseModel):
+    """What L0 understood of a query: structured hints for filtering, boosts and explanation."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    matched_titles: list[str] = Field(default_factory=list)
+    matched_keywords: list[str] = Field(default_factory=list)
+    domains: list[str] = Field(default_factory=list)
+    entities: list[str] = Field(default_factory=list)
+    matched_doc_ids: list[str] = Field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.matched_titles or self.matched_keywords or self.domains or self.entities)
+
+
+@dataclass(frozen=True, slots=True)
+class _Term:
+    kind: str  # "title" | "keyword" | "domain" | "entity"
+    text: str
+    doc_id: str
+
+
+class L0Index:
+    """An in-memory hint index over document frontmatter, persisted as JSON next to the store."""
+
+    def __init__(self, documents: Iterable[L0Document] = ()) -> None:
+        self.documents: dict[str, L0Document] = {d.doc_id: d for d in documents}
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+    def upsert(self, documents: Iterable[L0Document]) -> None:
+        self.documents.update((d.doc_id, d) for d in documents)
+        self.__dict__.pop("_tables", None)
+
+    def remove(self, doc_ids: Iterable[str]) -> None:
+        for doc_id in doc_ids:
+            self.documents.pop(doc_id, None)
+        self.__dict__.pop("_tables", None)
+
+    @cached_property
+    def _tables(self) -> tuple[dict[str, list[_Term]], list[tuple[str, _Term]], int]:
+        """Spaced terms keyed by their word sequence, unspaced terms for substring scans."""
+        spaced: dict[str, list[_Term]] = {}
+        unspaced: list[tuple[str, _Term]] = []
+        longest = 1
+        for doc in self.documents.values():
+            for term in _terms(doc):
+                norm = normalize(term.text).strip()
+                if not norm:
+                    continue
+                if _UNSPACED.search(norm):
+                    unspaced.append((norm, term))
+                    continue
+                words = _words(norm)
+                if words:
+                    spaced.setdefault(" ".join(words), []).append(term)
+                    longest = max(longest, len(words))
+        return spaced, unspaced, longest
+
+    def match(self, query: str) -> L0Hints:
+        """The hints a query triggers; empty hints when nothing matches."""
+        spaced, unspaced, longest = self._tables
+        norm = normalize(query)
+        words = _words(norm)
+        found: list[_Term] = []
+        for n in range(1, min(longest, len(words)) + 1):
+            for start in range(len(words) - n + 1):
+                found.extend(spaced.get(" ".join(words[start : start + n]), ()))
+        found.extend(term for text, term in unspaced if text in norm)
+        return self._hints(found)
+
+    def _hints(self, found: list[_Term]) -> L0Hints:
+        by_kind: dict[str, set[str]] = {"title": set(), "keyword": set(), "entity": set()}
+        domains: set[str] = set()
+        doc_ids: set[str] = set()
+        for term in found:
+            if term.kind == "domain":
+                domains.add(term.text)
+                continue
+            by_kind[term.kind].add(term.text)
+            doc_ids.add(term.doc_id)
+        for doc_id in doc_ids:
+            domains.update(d for d in self.documents[doc_id].domains if d.strip())
+        return L0Hints(
+            matched_titles=sorted(by_kind["title"]),
+            matched_keywords=sorted(by_kind["keyword"]),
+            domains=sorted(domains),
+            entities=sorted(by_kind["entity"]),
+            matched_doc_ids=sorted(doc_ids),
+        )
+
+    def save(self, path: str | Path) -> None:
+        """Write the index atomically as JSON."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"version": FORMAT_VERSION, "documents": [asdict(d) for d in self.documents.values()]}
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> L0Index:
+        """Read a saved index; a missing file is an empty index."""
+        path = Path(path)
+        if not path.exists():
+            return cls()
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("version") != FORMAT_VERSION:
+            raise ValueError(f"L0 index {path} has format {data.get('version')}, expected 1")
+        return cls(
+            L0Document(
+                doc_id=d["doc_id"],
+                title=d["title"],
+                keywords=tuple(d["keywords"]),
+                domains=tuple(d["domains"]),
+                entities=tuple(d["entities"]),
+            )
+            for d in data["documents"]
+        )
+
+
+def _terms(doc: L0Document) -> Iterable[_Term]:
+    if doc.title:
+        yield _Term("title", doc.title, doc.doc_id)
+    for keyword in doc.keywords:
+        yield _Term("keyword", keyword, doc.doc_id)
+    for entity in doc.entities:
+        yield _Term("entity", entity, doc.doc_id)
+    for domain in doc.domains:
+        yield _Term("domain", domain, doc.doc_id)

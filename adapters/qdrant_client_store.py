@@ -1,0 +1,149 @@
+"""The server store: a Qdrant server or cluster by URL through ``qdrant-client`` (or its local mode).
+
+>>> store = QdrantClientStore("knowledge", 384, url="http://qdrant:6333")  # doctest: +SKIP
+>>> store = QdrantClientStore("knowledge", 384, location=":memory:")  # tests, no server
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from qdrant_client import QdrantClient, models
+
+from .search import (
+    CATEGORY_FIELD,
+    DOC_HASH_FIELD,
+    DOC_ID_FIELD,
+    SearchHit,
+    SearchRequest,
+    StoredChunk,
+    hit_from_payload,
+)
+
+_SCROLL_PAGE = 1024
+_UPSERT_BATCH = 256
+
+
+class QdrantClientStore:
+    """A Qdrant collection reached by URL (API key from the caller), local path or ``:memory:``."""
+
+    def __init__(
+        self,
+        collection: str,
+        dimension: int,
+        *,
+        url: str | None = None,
+        api_key: str | None = None,
+        location: str | Path | None = None,
+    ) -> None:
+        self.collection = collection
+        self.dimension = dimension
+        if url:
+            self._client = QdrantClient(url=url, api_key=api_key)
+        elif str(location) == ":memory:":
+            self._client = QdrantClient(location=":memory:")
+        else:
+            self._client = QdrantClient(path=str(location))
+        self._ensure_collection()
+
+    def _ensure_collection(self) -> None:
+        if self._client.collection_exists(self.collection):
+            return
+        self._client.create_collection(
+            self.collection,
+            vectors_config=models.VectorParams(size=self.dimension, distance=models.Distance.COSINE),
+        )
+        with warnings.catch_warnings():  # local mode has no payload indexes and says so
+            warnings.simplefilter("ignore")
+            for field in (CATEGORY_FIELD, DOC_ID_FIELD):
+                self._client.create_payload_index(
+                    self.collection, field, field_schema=models.PayloadSchemaType.KEYWORD
+                )
+
+    def search(self, request: SearchRequest) -> list[SearchHit]:
+        """Dense search, filtered by category when the request carries one."""
+        response = self._client.query_points(
+            self.collection,
+            query=list(request.query_vector),
+            query_filter=_category_filter(request.category),
+            limit=request.top_k,
+            with_payload=True,
+        )
+        return [hit_from_payload(p.id, p.score, p.payload) for p in response.points]
+
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+        """Several searches in one round trip."""
+        queries = [
+            models.QueryRequest(
+                query=list(r.query_vector),
+                filter=_category_filter(r.category),
+                limit=r.top_k,
+                with_payload=True,
+            )
+            for r in requests
+        ]
+        responses = self._client.query_batch_points(self.collection, requests=queries)
+        return [
+            [hit_from_payload(p.id, p.score, p.payload) for p in response.points]
+            for response in responses
+        ]
+
+    def upsert(self, chunks: Sequence[StoredChunk]) -> None:
+        for start in range(0, len(chunks), _UPSERT_BATCH):
+            points = [
+                models.PointStruct(id=c.point_id, vector=list(c.vector), payload=dict(c.payload))
+                for c in chunks[start : start + _UPSERT_BATCH]
+            ]
+            self._client.upsert(self.collection, points=points)
+
+    def delete_documents(self, doc_ids: Iterable[str]) -> None:
+        ids = sorted(set(doc_ids))
+        if ids:
+            condition = models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchAny(any=ids))
+            self._client.delete(
+                self.collection,
+                points_selector=models.FilterSelector(filter=models.Filter(must=[condition])),
+            )
+
+    def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
+        for doc_id, doc_hash in current_hashes.items():
+            stale = models.Filter(
+                must=[models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchValue(value=doc_id))],
+                must_not=[
+                    models.FieldCondition(key=DOC_HASH_FIELD, match=models.MatchValue(value=doc_hash))
+                ],
+            )
+            self._client.delete(self.collection, points_selector=models.FilterSelector(filter=stale))
+
+    def document_hashes(self) -> dict[str, str]:
+        """doc_id -> content hash of every stored document."""
+        hashes: dict[str, str] = {}
+        offset = None
+        while True:
+            records, offset = self._client.scroll(
+                self.collection,
+                limit=_SCROLL_PAGE,
+                offset=offset,
+                with_payload=[DOC_ID_FIELD, DOC_HASH_FIELD],
+            )
+            for record in records:
+                payload = record.payload or {}
+                hashes[payload[DOC_ID_FIELD]] = payload.get(DOC_HASH_FIELD, "")
+            if offset is None:
+                return hashes
+
+    def count(self) -> int:
+        return self._client.count(self.collection, exact=True).count
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _category_filter(category: str | None) -> models.Filter | None:
+    if category is None:
+        return None
+    return models.Filter(
+        must=[models.FieldCondition(key=CATEGORY_FIELD, match=models.MatchValue(value=category))]
+    )

@@ -1,0 +1,131 @@
+"""The embedded default store: the Qdrant engine in-process via ``qdrant-edge-py``.
+
+>>> store = QdrantEdgeStore("/tmp/kb/knowledge", dimension=384)  # doctest: +SKIP
+>>> store.search(SearchRequest("refunds", vector, top_k=5, category="payments"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import qdrant_edge as qe
+
+from .search import (
+    CATEGORY_FIELD,
+    DOC_HASH_FIELD,
+    DOC_ID_FIELD,
+    SearchHit,
+    SearchRequest,
+    StoredChunk,
+    hit_from_payload,
+)
+
+_SCROLL_PAGE = 1024
+_UPSERT_BATCH = 512
+
+
+class StoreUnavailableError(RuntimeError):
+    """The store cannot be opened (missing, locked by another process, or incompatible)."""
+
+
+class QdrantEdgeStore:
+    """A persistent Qdrant Edge shard with a keyword payload index on the category field."""
+
+    def __init__(self, path: str | Path, dimension: int, *, create: bool = True) -> None:
+        self.path = Path(path)
+        self.dimension = dimension
+        self._shard = self._open(create)
+
+    def _open(self, create: bool) -> qe.EdgeShard:
+        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(self.dimension, qe.Distance.Cosine))
+        try:
+            if self.path.is_dir() and any(self.path.iterdir()):
+                return qe.EdgeShard.load(str(self.path), config)
+            if not create:
+                raise StoreUnavailableError(f"no knowledge store at {self.path}: ingest first")
+            shard = qe.EdgeShard.create(str(self.path), config)
+        except StoreUnavailableError:
+            raise
+        except Exception as exc:  # the engine raises plain exceptions (WouldBlock, config mismatch)
+            raise StoreUnavailableError(f"cannot open knowledge store at {self.path}: {exc}") from exc
+        for field in (CATEGORY_FIELD, DOC_ID_FIELD):
+            shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
+        return shard
+
+    def search(self, request: SearchRequest) -> list[SearchHit]:
+        """Dense search, filtered by category when the request carries one."""
+        points = self._shard.query(self._query(request))
+        return [hit_from_payload(p.id, p.score, p.payload) for p in points]
+
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+        """Several searches planned as one batch by the engine."""
+        batch = qe.QueryBatchRequest([self._query(request) for request in requests])
+        return [
+            [hit_from_payload(p.id, p.score, p.payload) for p in points]
+            for points in self._shard.query_batch(batch)
+        ]
+
+    @staticmethod
+    def _query(request: SearchRequest) -> qe.QueryRequest:
+        return qe.QueryRequest(
+            limit=request.top_k,
+            query=qe.Query.Nearest(list(request.query_vector)),
+            filter=_category_filter(request.category),
+            with_payload=True,
+        )
+
+    def upsert(self, chunks: Sequence[StoredChunk]) -> None:
+        for start in range(0, len(chunks), _UPSERT_BATCH):
+            points = [
+                qe.Point(chunk.point_id, list(chunk.vector), dict(chunk.payload))
+                for chunk in chunks[start : start + _UPSERT_BATCH]
+            ]
+            self._shard.update(qe.UpdateOperation.upsert_points(points))
+
+    def delete_documents(self, doc_ids: Iterable[str]) -> None:
+        ids = sorted(set(doc_ids))
+        if ids:
+            condition = qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchAny(ids))
+            self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
+
+    def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
+        for doc_id, doc_hash in current_hashes.items():
+            stale = qe.Filter(
+                must=[qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchValue(doc_id))],
+                must_not=[qe.FieldCondition(DOC_HASH_FIELD, match=qe.MatchValue(doc_hash))],
+            )
+            self._shard.update(qe.UpdateOperation.delete_points_by_filter(stale))
+
+    def document_hashes(self) -> dict[str, str]:
+        """doc_id -> content hash of every stored document."""
+        hashes: dict[str, str] = {}
+        offset = None
+        selector = qe.PayloadSelector.Include([DOC_ID_FIELD, DOC_HASH_FIELD])
+        while True:
+            request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=selector)
+            records, offset = self._shard.scroll(request)
+            for record in records:
+                payload = record.payload or {}
+                hashes[payload[DOC_ID_FIELD]] = payload.get(DOC_HASH_FIELD, "")
+            if offset is None:
+                return hashes
+
+    def count(self) -> int:
+        return self._shard.count(qe.CountRequest(exact=True))
+
+    def optimize(self) -> None:
+        """Build the HNSW index and merge segments (run after bulk ingestion)."""
+        self._shard.optimize()
+
+    def close(self) -> None:
+        if self._shard is not None:
+            self._shard.flush()
+            self._shard.close()
+            self._shard = None
+
+
+def _category_filter(category: str | None) -> qe.Filter | None:
+    if category is None:
+        return None
+    return qe.Filter(must=[qe.FieldCondition(CATEGORY_FIELD, match=qe.MatchValue(category))])

@@ -1,0 +1,1 @@
+"""Declarative stage configurations shipped with lookup-knowledge (``default.yaml``)."""

@@ -1,0 +1,20 @@
+"""lookup-knowledge: evidence-first knowledge retrieval for LLM agents."""
+
+from pathlib import Path
+
+from lookup_knowledge.config import Config, ConfigError, load_config
+from lookup_knowledge.ingest import IngestReport, ingest
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "IngestReport",
+    "ingest",
+    "load_config",
+    "sample_knowledge_base",
+]
+
+
+def sample_knowledge_base() -> Path:
+    """The folder of the bundled sample knowledge base (markdown with frontmatter)."""
+    return Path(__file__).parent / "sample_kb"

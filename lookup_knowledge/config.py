@@ -1,0 +1,172 @@
+"""Typed configuration: YAML files under ``configs/`` validated into pydantic models.
+
+>>> config = load_config(overrides=["retrieval.return_n=3"])
+>>> config.retrieval.effective_return_n
+3
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+DEFAULT_RETRIEVE_K = 20
+DEFAULT_RETURN_N = 5
+QDRANT_API_KEY_ENV = "QDRANT_API_KEY"
+
+
+class ConfigError(ValueError):
+    """A configuration file or override that cannot be used; the message names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StoreConfig(_Section):
+    backend: Literal["edge", "qdrant"] = "edge"
+    path: Path = Path(".lookup-knowledge")
+    url: str | None = None
+    collection: str = Field("knowledge", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+
+    @property
+    def api_key(self) -> str | None:
+        """The Qdrant API key, from the environment only."""
+        return os.environ.get(QDRANT_API_KEY_ENV) or None
+
+
+class EmbedderConfig(_Section):
+    model: str = Field("all-MiniLM-L6-v2", min_length=1)
+    batch_size: int = Field(64, ge=1, le=4096)
+    device: str = "cpu"
+
+
+class IngestConfig(_Section):
+    chunk_chars: int = Field(1000, ge=100, le=100_000)
+    max_file_bytes: int = Field(2_000_000, ge=1)
+
+
+class ToggleConfig(_Section):
+    enabled: bool = True
+
+
+class RetrievalConfig(_Section):
+    retrieve_k: int | None = Field(None, ge=1, le=1000)
+    return_n: int | None = Field(None, ge=1, le=1000)
+    top_k: int | None = Field(None, ge=1, le=1000)
+    max_chunks_per_document: int | None = Field(2, ge=1)
+    reference_threshold: float = Field(0.3, ge=0.0, le=1.0)
+    min_evidence_score: float = Field(0.0, ge=0.0, le=1.0)
+    max_query_chars: int = Field(2000, ge=1)
+
+    @property
+    def effective_retrieve_k(self) -> int:
+        """Vector recall width: explicit ``retrieve_k``, else legacy ``top_k``, else 20."""
+        return self.retrieve_k or self.top_k or DEFAULT_RETRIEVE_K
+
+    @property
+    def effective_return_n(self) -> int:
+        """Most evidence blocks: explicit ``return_n``, else legacy ``top_k``, else 5."""
+        return self.return_n or self.top_k or DEFAULT_RETURN_N
+
+
+class RerankConfig(_Section):
+    vector: float = Field(1.0, ge=0.0)
+    domain_match: float = Field(0.05, ge=0.0)
+    entity_match: float = Field(0.04, ge=0.0)
+    keyword_match: float = Field(0.03, ge=0.0)
+    title_match: float = Field(0.04, ge=0.0)
+    source_type: dict[str, float] = Field(default_factory=dict)
+
+
+class ContextConfig(_Section):
+    budget_chars: int = Field(6000, ge=1)
+
+
+class RecorderConfig(_Section):
+    url: str | None = None
+
+
+class Config(_Section):
+    """The whole lookup-knowledge configuration."""
+
+    store: StoreConfig = StoreConfig()
+    embedder: EmbedderConfig = EmbedderConfig()
+    ingest: IngestConfig = IngestConfig()
+    l0: ToggleConfig = ToggleConfig()
+    l1: ToggleConfig = ToggleConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    rerank: RerankConfig = RerankConfig()
+    context: ContextConfig = ContextConfig()
+    recorder: RecorderConfig = RecorderConfig()
+
+
+def default_config_path() -> Path:
+    """The shipped ``configs/default.yaml``."""
+    return Path(str(resources.files("lookup_knowledge.configs").joinpath("default.yaml")))
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Iterable[str] | Mapping[str, Any] = (),
+) -> Config:
+    """Load a YAML config (default: the shipped one) and apply ``dotted.key=value`` overrides."""
+    data = _read_yaml(Path(path) if path is not None else default_config_path())
+    items = overrides.items() if isinstance(overrides, Mapping) else map(_split_override, overrides)
+    for key, value in items:
+        _set_dotted(data, key, value)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections")
+    return data
+
+
+def _split_override(override: str) -> tuple[str, Any]:
+    key, sep, raw = override.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {override!r} must look like dotted.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    node = data
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{key}: {part!r} is not a section")
+        node = child
+    node[leaf] = value
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"]) or "<root>"
+        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        lines.append(f"{key}: {message}")
+    return "invalid configuration: " + "; ".join(lines)
