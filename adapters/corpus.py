@@ -62,7 +62,9 @@ def read_corpus(source: str | Path, max_file_bytes: int = 2_000_000) -> Corpus:
         if path.suffix == ".jsonl":
             return _dedupe(_read_jsonl(path))
         raise CorpusError(f"unsupported source file {path}: give a folder or a .jsonl corpus")
-    markdown = sorted(p for p in path.rglob("*") if p.suffix.lower() in MARKDOWN_SUFFIXES)
+    markdown = sorted(
+        p for p in path.rglob("*") if p.suffix.lower() in MARKDOWN_SUFFIXES and not p.is_dir()
+    )
     if markdown:
         return _dedupe(_read_markdown_folder(path, markdown, max_file_bytes))
     if (path / JSONL_CORPUS_NAME).is_file():
@@ -91,6 +93,8 @@ def _read_markdown_folder(root: Path, files: list[Path], max_file_bytes: int) ->
             corpus.documents.append(_read_markdown(file, relative, max_file_bytes))
         except _Skip as skip:
             corpus.skipped.append(SkippedFile(relative, str(skip)))
+        except OSError as exc:  # dangling symlink, permission denied, vanished file
+            corpus.skipped.append(SkippedFile(relative, f"unreadable: {exc.strerror or exc}"))
     return corpus
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -19,26 +19,35 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _BUNDLED_NAMES = {DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"}
 
 
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns text into unit-length vectors."""
+class Embedder(ABC):
+    """Turns text into unit-length vectors (an ABC, so Hamilton can type-check the input)."""
 
     model_name: str
 
     @property
-    def dimension(self) -> int: ...
+    @abstractmethod
+    def dimension(self) -> int:
+        """Length of every vector."""
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
+    @abstractmethod
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """One row per text."""
 
-    def embed_query(self, text: str) -> np.ndarray: ...
+    @abstractmethod
+    def embed_query(self, text: str) -> np.ndarray:
+        """One vector."""
 
-    def embed_queries(self, texts: Sequence[str]) -> np.ndarray: ...
+    @abstractmethod
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """One row per query, embedded as a batch."""
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(Embedder):
     """A sentence-transformers model, loaded lazily and shared per process, batched and normalized."""
 
-    def __init__(self, model_name: str = DEFAULT_MODEL, *, batch_size: int = 64, device: str = "cpu"):
+    def __init__(
+        self, model_name: str = DEFAULT_MODEL, *, batch_size: int = 64, device: str = "cpu"
+    ):
         self.model_name = model_name
         self.batch_size = batch_size
         self.device = device

@@ -148,7 +148,10 @@ class L0Index:
         """Write the index atomically as JSON."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"version": FORMAT_VERSION, "documents": [asdict(d) for d in self.documents.values()]}
+        data = {
+            "version": FORMAT_VERSION,
+            "documents": [asdict(d) for d in self.documents.values()],
+        }
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
         tmp.replace(path)

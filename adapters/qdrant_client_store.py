@@ -16,6 +16,7 @@ from .search import (
     CATEGORY_FIELD,
     DOC_HASH_FIELD,
     DOC_ID_FIELD,
+    KnowledgeStore,
     SearchHit,
     SearchRequest,
     StoredChunk,
@@ -26,7 +27,7 @@ _SCROLL_PAGE = 1024
 _UPSERT_BATCH = 256
 
 
-class QdrantClientStore:
+class QdrantClientStore(KnowledgeStore):
     """A Qdrant collection reached by URL (API key from the caller), local path or ``:memory:``."""
 
     def __init__(
@@ -53,7 +54,9 @@ class QdrantClientStore:
             return
         self._client.create_collection(
             self.collection,
-            vectors_config=models.VectorParams(size=self.dimension, distance=models.Distance.COSINE),
+            vectors_config=models.VectorParams(
+                size=self.dimension, distance=models.Distance.COSINE
+            ),
         )
         with warnings.catch_warnings():  # local mode has no payload indexes and says so
             warnings.simplefilter("ignore")
@@ -110,12 +113,18 @@ class QdrantClientStore:
     def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
         for doc_id, doc_hash in current_hashes.items():
             stale = models.Filter(
-                must=[models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchValue(value=doc_id))],
+                must=[
+                    models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchValue(value=doc_id))
+                ],
                 must_not=[
-                    models.FieldCondition(key=DOC_HASH_FIELD, match=models.MatchValue(value=doc_hash))
+                    models.FieldCondition(
+                        key=DOC_HASH_FIELD, match=models.MatchValue(value=doc_hash)
+                    )
                 ],
             )
-            self._client.delete(self.collection, points_selector=models.FilterSelector(filter=stale))
+            self._client.delete(
+                self.collection, points_selector=models.FilterSelector(filter=stale)
+            )
 
     def document_hashes(self) -> dict[str, str]:
         """doc_id -> content hash of every stored document."""

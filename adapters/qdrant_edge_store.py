@@ -15,6 +15,7 @@ from .search import (
     CATEGORY_FIELD,
     DOC_HASH_FIELD,
     DOC_ID_FIELD,
+    KnowledgeStore,
     SearchHit,
     SearchRequest,
     StoredChunk,
@@ -29,7 +30,7 @@ class StoreUnavailableError(RuntimeError):
     """The store cannot be opened (missing, locked by another process, or incompatible)."""
 
 
-class QdrantEdgeStore:
+class QdrantEdgeStore(KnowledgeStore):
     """A persistent Qdrant Edge shard with a keyword payload index on the category field."""
 
     def __init__(self, path: str | Path, dimension: int, *, create: bool = True) -> None:
@@ -48,7 +49,9 @@ class QdrantEdgeStore:
         except StoreUnavailableError:
             raise
         except Exception as exc:  # the engine raises plain exceptions (WouldBlock, config mismatch)
-            raise StoreUnavailableError(f"cannot open knowledge store at {self.path}: {exc}") from exc
+            raise StoreUnavailableError(
+                f"cannot open knowledge store at {self.path}: {exc}"
+            ) from exc
         for field in (CATEGORY_FIELD, DOC_ID_FIELD):
             shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
         return shard
@@ -87,7 +90,9 @@ class QdrantEdgeStore:
         ids = sorted(set(doc_ids))
         if ids:
             condition = qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchAny(ids))
-            self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
+            self._shard.update(
+                qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition]))
+            )
 
     def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
         for doc_id, doc_hash in current_hashes.items():

@@ -7,9 +7,10 @@ dataflow only sees the narrower :class:`KnowledgeSearchPort`.
 from __future__ import annotations
 
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 CATEGORY_FIELD = "category"
 DOC_ID_FIELD = "doc_id"
@@ -72,32 +73,44 @@ class StoredChunk:
         return point_id_for(self.payload[EVIDENCE_KEY_FIELD])
 
 
-@runtime_checkable
-class KnowledgeSearchPort(Protocol):
-    """What the dataflow needs from a store."""
+class KnowledgeSearchPort(ABC):
+    """What the dataflow needs from a store (an ABC, so Hamilton can type-check the input)."""
 
-    def search(self, request: SearchRequest) -> list[SearchHit]: ...
+    @abstractmethod
+    def search(self, request: SearchRequest) -> list[SearchHit]:
+        """Dense search; hits best first."""
 
-    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]: ...
+    @abstractmethod
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+        """Several searches at once, results in request order."""
 
 
-@runtime_checkable
-class KnowledgeStore(KnowledgeSearchPort, Protocol):
+class KnowledgeStore(KnowledgeSearchPort):
     """A search port that ingestion can also write to."""
 
-    def upsert(self, chunks: Sequence[StoredChunk]) -> None: ...
+    @abstractmethod
+    def upsert(self, chunks: Sequence[StoredChunk]) -> None:
+        """Insert or replace chunks by their deterministic point ids."""
 
-    def delete_documents(self, doc_ids: Iterable[str]) -> None: ...
+    @abstractmethod
+    def delete_documents(self, doc_ids: Iterable[str]) -> None:
+        """Delete every chunk of these documents."""
 
+    @abstractmethod
     def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
         """Delete the chunks of these documents whose content hash is not the current one."""
-        ...
 
-    def document_hashes(self) -> dict[str, str]: ...
+    @abstractmethod
+    def document_hashes(self) -> dict[str, str]:
+        """doc_id -> content hash of every stored document."""
 
-    def count(self) -> int: ...
+    @abstractmethod
+    def count(self) -> int:
+        """Number of stored chunks."""
 
-    def close(self) -> None: ...
+    @abstractmethod
+    def close(self) -> None:
+        """Flush and release the store."""
 
 
 def hit_from_payload(point_id: Any, score: float, payload: Mapping[str, Any] | None) -> SearchHit:

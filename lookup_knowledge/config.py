@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_RETRIEVE_K = 20
 DEFAULT_RETURN_N = 5
@@ -26,7 +26,8 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # YAML (and so ``--set``) reads ``collection: 2024`` as a number: let text fields take it.
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
 class StoreConfig(_Section):
@@ -34,6 +35,13 @@ class StoreConfig(_Section):
     path: Path = Path(".lookup-knowledge")
     url: str | None = None
     collection: str = Field("knowledge", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _path_from_number(cls, value: Any) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        return value
 
     @property
     def api_key(self) -> str | None:

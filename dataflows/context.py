@@ -1,0 +1,73 @@
+"""The context pack: evidence rendered for the prompt under a character budget."""
+
+from __future__ import annotations
+
+from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock, PackedItem
+
+SEPARATOR = "\n\n"
+ELLIPSIS = "…"
+MIN_CONTENT_CHARS = 40  # below this a truncated excerpt says too little to be worth its header
+
+
+def _header(block: EvidenceBlock) -> str:
+    where = " > ".join(part for part in (block.source, block.breadcrumb) if part)
+    return (
+        f"[{block.rank}] {block.evidence_key}" + (f" | {where}" if where else "")
+        + f"\nhit reasons: {', '.join(block.hit_reasons)}\n"
+    )  # fmt: skip
+
+
+def _fit(content: str, room: int) -> tuple[str, bool]:
+    if len(content) <= room:
+        return content, False
+    return content[: room - len(ELLIPSIS)].rstrip() + ELLIPSIS, True
+
+
+def context_pack(evidence_blocks: list[EvidenceBlock], context_budget_chars: int) -> ContextPack:
+    """Blocks in reranked order; content truncated (never metadata), duplicates packed once."""
+    parts: list[str] = []
+    items: list[PackedItem] = []
+    omitted: list[str] = []
+    duplicates: dict[str, str] = {}
+    packed_texts: dict[str, str] = {}
+    used = 0
+    for block in evidence_blocks:
+        text = block.content.strip()
+        if text in packed_texts:
+            duplicates[block.evidence_key] = packed_texts[text]
+            continue
+        header = _header(block)
+        sep = SEPARATOR if parts else ""
+        room = context_budget_chars - used - len(sep) - len(header)
+        if room < min(MIN_CONTENT_CHARS, len(text)):
+            omitted.append(block.evidence_key)
+            continue
+        content, truncated = _fit(text, room)
+        parts.append(sep + header + content)
+        used += len(parts[-1])
+        packed_texts[text] = block.evidence_key
+        items.append(
+            PackedItem(
+                evidence_key=block.evidence_key,
+                source=block.source,
+                title=block.title,
+                breadcrumb=block.breadcrumb,
+                hit_reasons=block.hit_reasons,
+                content=content,
+                truncated=truncated,
+            )
+        )
+    summary = ContextPackSummary(
+        included_sources=_unique(item.source or item.evidence_key for item in items),
+        omitted_sources=_unique(
+            b.source or b.evidence_key for b in evidence_blocks if b.evidence_key in omitted
+        ),
+        duplicate_keys=duplicates,
+        chars_used=used,
+        budget_chars=context_budget_chars,
+    )
+    return ContextPack(text="".join(parts), items=items, summary=summary)
+
+
+def _unique(values) -> list[str]:  # noqa: ANN001 - any iterable of strings
+    return list(dict.fromkeys(values))

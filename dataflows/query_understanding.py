@@ -1,0 +1,34 @@
+"""Query understanding: the query vector and the L0 hints with the category filter they imply."""
+
+from __future__ import annotations
+
+import numpy as np
+from hamilton.function_modifiers import config
+from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.l0_index import L0Hints, L0Index
+
+
+@config.when_not(l1_enabled=False)
+def query_vector(query: str, embedder: Embedder) -> np.ndarray:
+    """The query's unit-length embedding."""
+    return embedder.embed_query(query)
+
+
+@config.when_not(l0_enabled=False)
+def l0_hints(query: str, l0_index: L0Index) -> L0Hints:
+    """Matched titles, keywords, domains and entities from the L0 frontmatter index."""
+    return l0_index.match(query)
+
+
+@config.when(l0_enabled=False)
+def l0_hints__disabled() -> L0Hints:
+    """No hints: L0 is disabled by configuration."""
+    return L0Hints()
+
+
+def category_filter(l0_hints: L0Hints, pinned_category: str | None = None) -> str | None:
+    """The pinned category if given, else the hints' domain when there is exactly one."""
+    if pinned_category is not None:
+        return pinned_category
+    domains = [domain for domain in l0_hints.domains if domain.strip()]
+    return domains[0] if len(domains) == 1 else None

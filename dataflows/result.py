@@ -1,0 +1,175 @@
+"""Result assembly: evidence status, traces and the ``lookup_result`` contract."""
+
+from __future__ import annotations
+
+import pandas as pd
+from lookup_knowledge.adapters.l0_index import L0Hints
+
+from lookup_knowledge.config import RerankConfig
+from lookup_knowledge.contract import (
+    AttemptTrace,
+    BoostContribution,
+    ContextPack,
+    EvidenceBlock,
+    EvidenceStatus,
+    LookupResult,
+    RelevanceLevel,
+    RerankEntry,
+    RerankTrace,
+    RetrievalTrace,
+)
+
+from .retrieval import FallbackDecision, SearchAttempt
+
+HIGH_RELEVANCE = 0.6
+
+MESSAGES = {
+    "no_evidence": "No knowledge evidence was found for this query: the knowledge base has "
+    "nothing usable on it.",
+    "retrieval_failed": "Knowledge retrieval failed: every search raised an error. This is an "
+    "outage, not an empty knowledge base; retry later.",
+    "l1_disabled": "No knowledge evidence: L1 retrieval is disabled by configuration. L0 hints "
+    "are in the trace; they are not evidence.",
+}
+
+
+def evidence_status(
+    retrieval_attempts: list[SearchAttempt], evidence_blocks: list[EvidenceBlock]
+) -> EvidenceStatus:
+    """``evidence``; ``retrieval_failed`` when every search raised; else ``no_evidence``."""
+    if evidence_blocks:
+        return "evidence"
+    if retrieval_attempts and all(a.error is not None for a in retrieval_attempts):
+        return "retrieval_failed"
+    return "no_evidence"
+
+
+def evidence_domains(evidence_blocks: list[EvidenceBlock]) -> list[str]:
+    """Distinct domains of the returned evidence, in first-seen order."""
+    domains = (d.strip() for b in evidence_blocks for d in (b.category or "").split(","))
+    return list(dict.fromkeys(d for d in domains if d))
+
+
+def retrieval_trace(
+    l0_hints: L0Hints,
+    category_filter: str | None,
+    retrieval_attempts: list[SearchAttempt],
+    fallback_decision: FallbackDecision,
+    reference_threshold: float,
+    min_evidence_score: float,
+    retrieve_k: int,
+    return_n: int,
+    max_chunks_per_document: int | None,
+) -> RetrievalTrace:
+    """L0 hints, filter, every attempt, the fallback reason and the settings in force."""
+    l1_candidates = any(attempt.usable for attempt in retrieval_attempts)
+    if not retrieval_attempts:
+        layer = "L0" if not l0_hints.is_empty else "none"
+    else:
+        layer = "L0+L1" if not l0_hints.is_empty and l1_candidates else "L1"
+    return RetrievalTrace(
+        l0_hints=l0_hints,
+        category_filter=category_filter,
+        attempts=[
+            AttemptTrace(
+                kind=a.kind,
+                filter=a.filter,
+                width=a.width,
+                hit_count=len(a.hits),
+                top_normalized_score=a.top_normalized_score,
+                usable_count=len(a.usable),
+                error=a.error,
+            )
+            for a in retrieval_attempts
+        ],
+        fallback_reason=fallback_decision.reason,
+        reference_threshold=reference_threshold,
+        min_evidence_score=min_evidence_score,
+        retrieve_k=retrieve_k,
+        return_n=return_n,
+        max_chunks_per_document=max_chunks_per_document,
+        retrieval_layer=layer,
+    )
+
+
+def rerank_trace(reranked_df: pd.DataFrame, rerank_weights: RerankConfig) -> RerankTrace:
+    """Per returned block: rank, key, source, base and final score, boosts with contributions."""
+    entries = [
+        RerankEntry(
+            rank=row.rank,
+            evidence_key=row.evidence_key,
+            source=row.source,
+            base_score=row.score,
+            normalized_score=row.normalized_score,
+            final_score=row.rerank_score,
+            boosts=[BoostContribution(reason=r, contribution=c) for r, c in row.boosts],
+        )
+        for row in reranked_df.itertuples(index=False)
+    ]
+    return RerankTrace(weights=rerank_weights.model_dump(), entries=entries)
+
+
+def relevance_level(
+    evidence_blocks: list[EvidenceBlock], reference_threshold: float
+) -> RelevanceLevel:
+    """``high``/``medium``/``low`` by the best normalized score; ``none`` without evidence."""
+    if not evidence_blocks:
+        return "none"
+    top = max(block.normalized_score for block in evidence_blocks)
+    if top >= HIGH_RELEVANCE:
+        return "high"
+    return "medium" if top >= reference_threshold else "low"
+
+
+def completeness_hint(
+    candidates_df: pd.DataFrame, evidence_blocks: list[EvidenceBlock], context_pack: ContextPack
+) -> str:
+    """Whether the agent sees everything that matched, or a cut of it."""
+    if not evidence_blocks:
+        return "none: no evidence was returned"
+    unreturned = candidates_df["evidence_key"].nunique() - len(evidence_blocks)
+    summary = context_pack.summary
+    shortened = len(summary.omitted_sources) + sum(item.truncated for item in context_pack.items)
+    if unreturned > 0:
+        return f"partial: {unreturned} more matching chunks were not returned (return_n / cap)"
+    if shortened:
+        return "partial: the context pack truncated or omitted evidence to fit its budget"
+    return "complete: every usable candidate is returned and packed in full"
+
+
+def lookup_result(
+    query: str,
+    evidence_status: EvidenceStatus,
+    evidence_blocks: list[EvidenceBlock],
+    context_pack: ContextPack,
+    retrieval_trace: RetrievalTrace,
+    rerank_trace: RerankTrace,
+    relevance_level: RelevanceLevel,
+    completeness_hint: str,
+    evidence_domains: list[str],
+    prior_session_domains: list[str] | None = None,
+) -> LookupResult:
+    """The assembled result contract."""
+    found = evidence_status == "evidence"
+    if found:
+        documents = len({b.doc_id or b.evidence_key for b in evidence_blocks})
+        message = f"Found {len(evidence_blocks)} evidence blocks from {documents} documents."
+    elif not retrieval_trace.attempts:
+        message = MESSAGES["l1_disabled"]
+    else:
+        message = MESSAGES[evidence_status]
+    return LookupResult(
+        query=query,
+        found=found,
+        evidence_status=evidence_status,
+        evidence_blocks=evidence_blocks,
+        context_pack=context_pack if found else None,
+        retrieval_trace=retrieval_trace,
+        rerank_trace=rerank_trace if found else None,
+        relevance_level=relevance_level,
+        completeness_hint=completeness_hint,
+        retrieved_domains_this_session=list(
+            dict.fromkeys([*(prior_session_domains or []), *evidence_domains])
+        ),
+        message=message,
+    )

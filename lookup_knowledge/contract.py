@@ -1,0 +1,136 @@
+"""The agent-facing result contract (SPEC section 7): pydantic models serialized as camelCase JSON.
+
+``result.model_dump(by_alias=True, mode="json")`` is the contract JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from lookup_knowledge.adapters.l0_index import L0Hints
+
+EvidenceStatus = Literal["evidence", "no_evidence", "retrieval_failed", "invalid_input"]
+FallbackReason = Literal[
+    "filtered_vector_no_evidence", "filtered_vector_low_quality", "filtered_vector_error"
+]
+RelevanceLevel = Literal["high", "medium", "low", "none"]
+
+
+class ContractModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class EvidenceBlock(ContractModel):
+    """One returned excerpt; ``evidence_key`` is the id an agent cites."""
+
+    evidence_key: str
+    doc_id: str | None
+    chunk_index: int | None
+    source: str | None
+    title: str | None
+    breadcrumb: str | None
+    category: str | None
+    retrieval_layer: Literal["L1"] = "L1"
+    content: str
+    score: float | None
+    normalized_score: float
+    rerank_score: float
+    rank: int
+    hit_reasons: list[str]
+
+
+class PackedItem(ContractModel):
+    evidence_key: str
+    source: str | None
+    title: str | None
+    breadcrumb: str | None
+    hit_reasons: list[str]
+    content: str
+    truncated: bool
+
+
+class ContextPackSummary(ContractModel):
+    included_sources: list[str]
+    omitted_sources: list[str]
+    duplicate_keys: dict[str, str] = Field(
+        description="evidence key -> key whose identical text was packed"
+    )
+    chars_used: int
+    budget_chars: int
+
+
+class ContextPack(ContractModel):
+    """The packed context for the prompt, under a character budget."""
+
+    text: str
+    items: list[PackedItem]
+    summary: ContextPackSummary
+
+
+class AttemptTrace(ContractModel):
+    kind: Literal["filtered", "unfiltered"]
+    filter: str | None
+    width: int
+    hit_count: int
+    top_normalized_score: float | None
+    usable_count: int
+    error: str | None
+
+
+class NodeTiming(ContractModel):
+    name: str
+    ms: float
+
+
+class RetrievalTrace(ContractModel):
+    l0_hints: L0Hints
+    category_filter: str | None
+    attempts: list[AttemptTrace]
+    fallback_reason: FallbackReason | None
+    reference_threshold: float
+    min_evidence_score: float
+    retrieve_k: int
+    return_n: int
+    max_chunks_per_document: int | None
+    retrieval_layer: Literal["L0+L1", "L1", "L0", "none"]
+    executed_nodes: list[NodeTiming] = Field(default_factory=list)
+
+
+class BoostContribution(ContractModel):
+    reason: str
+    contribution: float
+
+
+class RerankEntry(ContractModel):
+    rank: int
+    evidence_key: str
+    source: str | None
+    base_score: float | None
+    normalized_score: float
+    final_score: float
+    boosts: list[BoostContribution]
+
+
+class RerankTrace(ContractModel):
+    method: Literal["rule_based"] = "rule_based"
+    weights: dict[str, float | dict[str, float]]
+    entries: list[RerankEntry]
+
+
+class LookupResult(ContractModel):
+    """Everything the agent gets back from one ``lookup_knowledge`` call."""
+
+    query: str
+    found: bool
+    evidence_status: EvidenceStatus
+    evidence_blocks: list[EvidenceBlock]
+    context_pack: ContextPack | None
+    retrieval_trace: RetrievalTrace | None
+    rerank_trace: RerankTrace | None
+    relevance_level: RelevanceLevel
+    completeness_hint: str
+    retrieved_domains_this_session: list[str]
+    message: str

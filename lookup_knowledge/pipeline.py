@@ -1,0 +1,81 @@
+"""The Hamilton driver for the lookup dataflow, its config variants and its node-timing hook."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from hamilton import base, driver
+from hamilton.lifecycle import NodeExecutionHook
+
+from lookup_knowledge.config import Config
+from lookup_knowledge.contract import NodeTiming
+from lookup_knowledge.dataflows import (
+    context,
+    postprocessing,
+    query_understanding,
+    result,
+    retrieval,
+)
+
+DATAFLOW_MODULES = (query_understanding, retrieval, postprocessing, context, result)
+FINAL_NODE = "lookup_result"
+VARIANTS: dict[str, dict[str, bool]] = {
+    "default": {"l0_enabled": True, "l1_enabled": True},
+    "l1_disabled": {"l0_enabled": True, "l1_enabled": False},
+    "l0_disabled": {"l0_enabled": False, "l1_enabled": True},
+}
+
+
+class NodeTimingHook(NodeExecutionHook):
+    """Records which nodes executed, in order, with wall time, per calling thread."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def start(self) -> None:
+        self._local.timings = []
+        self._local.started = {}
+
+    def timings(self) -> list[NodeTiming]:
+        return [
+            NodeTiming(name=n, ms=round(ms, 4)) for n, ms in getattr(self._local, "timings", [])
+        ]
+
+    def run_before_node_execution(self, *, node_name: str, **_: Any) -> None:
+        self._local.started[node_name] = time.perf_counter()
+
+    def run_after_node_execution(self, *, node_name: str, **_: Any) -> None:
+        elapsed = time.perf_counter() - self._local.started.pop(node_name)
+        self._local.timings.append((node_name, elapsed * 1000))
+
+
+def dataflow_config(config: Config) -> dict[str, bool]:
+    """The Hamilton config that selects the DAG variant."""
+    return {"l0_enabled": config.l0.enabled, "l1_enabled": config.l1.enabled}
+
+
+def build_driver(hamilton_config: dict[str, bool], *adapters: Any) -> driver.Driver:
+    """A driver over the dataflow modules for one variant."""
+    return (
+        driver.Builder()
+        .with_modules(*DATAFLOW_MODULES)
+        .with_config(hamilton_config)
+        .with_adapters(base.DictResult(), *adapters)
+        .build()
+    )
+
+
+def settings_inputs(config: Config) -> dict[str, Any]:
+    """The configuration values the dataflow takes as inputs."""
+    retrieval_config = config.retrieval
+    return {
+        "retrieve_k": retrieval_config.effective_retrieve_k,
+        "return_n": retrieval_config.effective_return_n,
+        "reference_threshold": retrieval_config.reference_threshold,
+        "min_evidence_score": retrieval_config.min_evidence_score,
+        "max_chunks_per_document": retrieval_config.max_chunks_per_document,
+        "rerank_weights": config.rerank,
+        "context_budget_chars": config.context.budget_chars,
+    }

@@ -1,0 +1,164 @@
+"""The public entry point: :class:`KnowledgeTool` runs the lookup dataflow for one query at a time.
+
+>>> with KnowledgeTool.from_config(load_config()) as tool:  # doctest: +SKIP
+...     result = tool.lookup("who approves refunds over 500 EUR?", session_id="s1")
+...     result.model_dump(by_alias=True, mode="json")["evidenceBlocks"][0]["evidenceKey"]
+'payments-refund-policy#chunk-1'
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import unicodedata
+from typing import Any
+
+from threadpoolctl import threadpool_limits
+
+from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.l0_index import L0Index
+from lookup_knowledge.adapters.search import KnowledgeSearchPort
+from lookup_knowledge.config import Config
+from lookup_knowledge.contract import EvidenceStatus, LookupResult
+from lookup_knowledge.pipeline import (
+    FINAL_NODE,
+    NodeTimingHook,
+    build_driver,
+    dataflow_config,
+    settings_inputs,
+)
+from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
+
+logger = logging.getLogger(__name__)
+
+
+class KnowledgeTool:
+    """The ``lookup_knowledge`` tool over a configured store, embedder and L0 index.
+
+    Ports may be injected; those not given are built from the configuration, opened once and
+    reused across calls. Safe to call from several threads.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        search_port: KnowledgeSearchPort | None = None,
+        embedder: Embedder | None = None,
+        l0_index: L0Index | None = None,
+    ) -> None:
+        self.config = config
+        self.embedder = embedder or build_embedder(config)
+        self._owned_store = None
+        if search_port is None and config.l1.enabled:
+            search_port = self._owned_store = open_store(
+                config, self.embedder.dimension, create=False
+            )
+        self.search_port = search_port
+        self.l0_index = l0_index if l0_index is not None else L0Index.load(l0_index_path(config))
+        self._timing = NodeTimingHook()
+        self.driver = build_driver(dataflow_config(config), self._timing)
+        self._static_inputs = {
+            "search_port": self.search_port,
+            "embedder": self.embedder,
+            "l0_index": self.l0_index,
+            **settings_inputs(config),
+        }
+        self._sessions: dict[str, list[str]] = {}
+        self._sessions_lock = threading.Lock()
+        threadpool_limits(1, user_api="blas")  # BLAS threads fight torch's on few cores
+
+    @classmethod
+    def from_config(cls, config: Config) -> KnowledgeTool:
+        """Build the tool on the configured store, embedder and L0 index."""
+        return cls(config)
+
+    def lookup(
+        self, query: Any, session_id: str | None = None, *, pinned_category: str | None = None
+    ) -> LookupResult:
+        """Run the dataflow for one query; never raises for bad input or a failing backend."""
+        problem = query_problem(query, self.config.retrieval.max_query_chars)
+        if problem is not None:
+            message = f"Invalid query: {problem}."
+            return failure_result(
+                str(query)[:200], "invalid_input", message, self.session_domains(session_id)
+            )
+        inputs = {
+            **self._static_inputs,
+            "query": query.strip(),
+            "pinned_category": pinned_category,
+            "prior_session_domains": self.session_domains(session_id),
+        }
+        self._timing.start()
+        try:
+            result: LookupResult = self.driver.execute([FINAL_NODE], inputs=inputs)[FINAL_NODE]
+        except Exception as exc:  # an embedder or store crash must reach the agent as a result
+            logger.warning("lookup failed: %s", exc, exc_info=logger.isEnabledFor(logging.DEBUG))
+            message = f"Knowledge retrieval failed: {exc}"
+            return failure_result(
+                query, "retrieval_failed", message, inputs["prior_session_domains"]
+            )
+        trace = result.retrieval_trace.model_copy(update={"executed_nodes": self._timing.timings()})
+        result = result.model_copy(update={"retrieval_trace": trace})
+        self._remember(session_id, result.retrieved_domains_this_session)
+        return result
+
+    def session_domains(self, session_id: str | None) -> list[str]:
+        """Domains of evidence returned earlier in this session, first seen first."""
+        if session_id is None:
+            return []
+        with self._sessions_lock:
+            return list(self._sessions.get(session_id, []))
+
+    def _remember(self, session_id: str | None, domains: list[str]) -> None:
+        if session_id is not None:
+            with self._sessions_lock:
+                known = self._sessions.setdefault(session_id, [])
+                known.extend(d for d in domains if d not in known)
+
+    def close(self) -> None:
+        """Release the store this tool opened."""
+        if self._owned_store is not None:
+            self._owned_store.close()
+            self._owned_store = None
+
+    def __enter__(self) -> KnowledgeTool:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def query_problem(query: Any, max_chars: int) -> str | None:
+    """Why a query cannot be looked up, or ``None`` when it is fine."""
+    if not isinstance(query, str):
+        return f"the query must be a string, not {type(query).__name__}"
+    if not query.strip():
+        return "the query is empty"
+    if len(query) > max_chars:
+        return f"the query has {len(query)} characters; the limit is {max_chars} (retrieval.max_query_chars)"
+    categories = {unicodedata.category(ch) for ch in query if ch not in "\t\n\r"}
+    if "Cs" in categories:
+        return "the query is not valid UTF-8 text"
+    if "Cc" in categories:
+        return "the query contains control characters"
+    return None
+
+
+def failure_result(
+    query: str, status: EvidenceStatus, message: str, session_domains: list[str]
+) -> LookupResult:
+    """A ``found=false`` result for a call that could not run the dataflow."""
+    return LookupResult(
+        query=query,
+        found=False,
+        evidence_status=status,
+        evidence_blocks=[],
+        context_pack=None,
+        retrieval_trace=None,
+        rerank_trace=None,
+        relevance_level="none",
+        completeness_hint="none: no evidence was returned",
+        retrieved_domains_this_session=session_domains,
+        message=message,
+    )
