@@ -27,6 +27,15 @@ def evidence_key(doc_id: str, chunk_index: int) -> str:
     return f"{doc_id}#chunk-{chunk_index}"
 
 
+def identity_key(hit: SearchHit, original_rank: int) -> str:
+    """``docId#chunk-<n>``, else ``vector:<pointId>``, else ``rank:<originalRank>``."""
+    if hit.doc_id is not None and hit.chunk_index is not None:
+        return evidence_key(hit.doc_id, hit.chunk_index)
+    if hit.point_id:
+        return f"vector:{hit.point_id}"
+    return f"rank:{original_rank}"
+
+
 def point_id_for(key: str) -> str:
     """Deterministic point id (UUID5 of the evidence key), so re-ingestion is idempotent."""
     return str(uuid.uuid5(_POINT_NAMESPACE, key))

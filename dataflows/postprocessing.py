@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 from lookup_knowledge.adapters.l0_index import L0Hints, normalize
-from lookup_knowledge.adapters.search import SearchHit, evidence_key
+from lookup_knowledge.adapters.search import SearchHit, identity_key
 
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import EvidenceBlock
@@ -21,15 +21,6 @@ CANDIDATE_COLUMNS = [
     "categories", "doc_type", "content", "score", "normalized_score", "original_rank",
     "hit_reasons", "l0_matches",
 ]  # fmt: skip
-
-
-def identity_key(hit: SearchHit, original_rank: int) -> str:
-    """``docId#chunk-<n>``, else ``vector:<pointId>``, else ``rank:<originalRank>``."""
-    if hit.doc_id is not None and hit.chunk_index is not None:
-        return evidence_key(hit.doc_id, hit.chunk_index)
-    if hit.point_id:
-        return f"vector:{hit.point_id}"
-    return f"rank:{original_rank}"
 
 
 def _hint_terms(l0_hints: L0Hints) -> dict[str, dict[str, str]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +14,10 @@ from rich.table import Table
 from lookup_knowledge.adapters.corpus import CorpusError
 from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
 from lookup_knowledge.config import Config, ConfigError, load_config
+from lookup_knowledge.display import print_result
 from lookup_knowledge.ingest import IngestReport, ingest
+from lookup_knowledge.render import render_execution, render_variants
+from lookup_knowledge.tool import KnowledgeTool, query_problem
 
 app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
 console = Console()
@@ -77,6 +82,49 @@ def _print_ingest_report(report: IngestReport) -> None:
     console.print(table)
     for skipped in report.skipped:
         console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}", highlight=False)
+
+
+@app.command("query")
+def query_command(
+    text: Annotated[str, typer.Argument(help="The question to look up.")],
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print exactly the contract JSON.")] = False,
+    explain: Annotated[
+        Path | None, typer.Option("--explain", help="Render the executed DAG path to FILE.png/.svg.")
+    ] = None,
+    session: Annotated[str | None, typer.Option("--session", help="Session id.")] = None,
+) -> None:
+    """Look up knowledge for a query and print the evidence, the fallback decision and the context."""
+    settings = _config(config, overrides)
+    problem = query_problem(text, settings.retrieval.max_query_chars)
+    if problem is not None:
+        _fail(f"invalid query: {problem}")
+    try:
+        tool = KnowledgeTool.from_config(settings)
+    except StoreUnavailableError as exc:
+        _fail(str(exc), code=1)
+    with tool:
+        result = tool.lookup(text, session_id=session)
+        if explain is not None:
+            written = render_execution(tool, result, tool.dataflow_inputs(text, session), explain)
+            errors.print(f"executed path rendered to {written}")
+    if as_json:
+        sys.stdout.write(json.dumps(result.model_dump(by_alias=True, mode="json"), ensure_ascii=False))
+        sys.stdout.write("\n")
+    else:
+        print_result(console, result)
+    if result.evidence_status == "retrieval_failed":
+        raise typer.Exit(1)
+
+
+@app.command("render")
+def render_command(
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("visualizations"),
+) -> None:
+    """Render the lookup DAG and each config variant as SVG and PNG (offline, graphviz)."""
+    for path in render_variants(out):
+        console.print(f"wrote {path}")
 
 
 def main() -> None:

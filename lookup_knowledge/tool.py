@@ -83,12 +83,7 @@ class KnowledgeTool:
             return failure_result(
                 str(query)[:200], "invalid_input", message, self.session_domains(session_id)
             )
-        inputs = {
-            **self._static_inputs,
-            "query": query.strip(),
-            "pinned_category": pinned_category,
-            "prior_session_domains": self.session_domains(session_id),
-        }
+        inputs = self.dataflow_inputs(query, session_id, pinned_category)
         self._timing.start()
         try:
             result: LookupResult = self.driver.execute([FINAL_NODE], inputs=inputs)[FINAL_NODE]
@@ -102,6 +97,17 @@ class KnowledgeTool:
         result = result.model_copy(update={"retrieval_trace": trace})
         self._remember(session_id, result.retrieved_domains_this_session)
         return result
+
+    def dataflow_inputs(
+        self, query: str, session_id: str | None = None, pinned_category: str | None = None
+    ) -> dict[str, Any]:
+        """The Hamilton inputs for one (valid) query."""
+        return {
+            **self._static_inputs,
+            "query": query.strip(),
+            "pinned_category": pinned_category,
+            "prior_session_domains": self.session_domains(session_id),
+        }
 
     def session_domains(self, session_id: str | None) -> list[str]:
         """Domains of evidence returned earlier in this session, first seen first."""
