@@ -3,12 +3,17 @@
 from pathlib import Path
 
 from lookup_knowledge.config import Config, ConfigError, load_config
+from lookup_knowledge.contract import EvidenceBlock, LookupResult
 from lookup_knowledge.ingest import IngestReport, ingest
+from lookup_knowledge.tool import KnowledgeTool
 
 __all__ = [
     "Config",
     "ConfigError",
+    "EvidenceBlock",
     "IngestReport",
+    "KnowledgeTool",
+    "LookupResult",
     "ingest",
     "load_config",
     "sample_knowledge_base",

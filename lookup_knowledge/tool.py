@@ -81,7 +81,7 @@ class KnowledgeTool:
         if problem is not None:
             message = f"Invalid query: {problem}."
             return failure_result(
-                str(query)[:200], "invalid_input", message, self.session_domains(session_id)
+                _echo(query), "invalid_input", message, self.session_domains(session_id)
             )
         inputs = self.dataflow_inputs(query, session_id, pinned_category)
         self._timing.start()
@@ -149,6 +149,15 @@ def query_problem(query: Any, max_chars: int) -> str | None:
     if "Cc" in categories:
         return "the query contains control characters"
     return None
+
+
+def _echo(query: Any) -> str:
+    """The rejected query as it can be echoed in JSON: short, and encodable as UTF-8.
+
+    A lone surrogate (e.g. from ``surrogateescape`` decoding) cannot be written as UTF-8, so
+    it is echoed as its escape sequence rather than making the whole result unserializable.
+    """
+    return str(query)[:200].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def failure_result(

@@ -1,0 +1,42 @@
+# lookup-knowledge: `make demo` (install + ingest the sample knowledge base + a few lookups), `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+LK     := $(BIN)/lookup-knowledge
+DEMO   := --set store.path=.lookup-knowledge/demo
+
+.PHONY: install dev demo test lint render benchmarks clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q torch==2.13.0  # the CPU build first, so nothing pulls a CUDA torch
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+dev: $(VENV)/.dev-installed
+
+demo: install
+	$(LK) ingest lookup_knowledge/sample_kb $(DEMO)
+	$(LK) query "Who must approve a refund above 500 EUR?" $(DEMO)
+	$(LK) query "如何申请增值税专用发票" $(DEMO)
+	$(LK) query "PCI DSS rules for card data in the payments.events Kafka topic" $(DEMO) --json
+
+test: dev
+	$(BIN)/python -m pytest
+
+lint: dev
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+render: install
+	$(LK) render --out visualizations
+
+clean:
+	rm -rf .lookup-knowledge .pytest_cache
