@@ -45,7 +45,7 @@ def _config(config: Path | None, overrides: list[str] | None) -> Config:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -81,7 +81,7 @@ def _print_ingest_report(report: IngestReport) -> None:
         table.add_row(label, str(value))
     console.print(table)
     for skipped in report.skipped:
-        console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}", highlight=False)
+        console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}", highlight=False, soft_wrap=True)
 
 
 @app.command("query")
@@ -107,7 +107,7 @@ def query_command(
     with tool:
         result = tool.lookup(text, session_id=session)
         if explain is not None:
-            written = render_execution(tool, result, tool.dataflow_inputs(text, session), explain)
+            written = render_execution(tool, result, tool.dataflow_inputs(text), explain)
             errors.print(f"executed path rendered to {written}")
     if as_json:
         sys.stdout.write(json.dumps(result.model_dump(by_alias=True, mode="json"), ensure_ascii=False))

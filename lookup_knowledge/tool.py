@@ -74,16 +74,25 @@ class KnowledgeTool:
         return cls(config)
 
     def lookup(
-        self, query: Any, session_id: str | None = None, *, pinned_category: str | None = None
+        self,
+        query: Any,
+        session_id: str | None = None,
+        *,
+        pinned_category: str | None = None,
+        prior_session_domains: list[str] | None = None,
     ) -> LookupResult:
-        """Run the dataflow for one query; never raises for bad input or a failing backend."""
+        """Run the dataflow for one query; never raises for bad input or a failing backend.
+
+        ``prior_session_domains`` replaces the tool's in-memory session memory when the caller
+        keeps sessions itself (the invocation record does).
+        """
+        if prior_session_domains is None:
+            prior_session_domains = self.session_domains(session_id)
         problem = query_problem(query, self.config.retrieval.max_query_chars)
         if problem is not None:
             message = f"Invalid query: {problem}."
-            return failure_result(
-                _echo(query), "invalid_input", message, self.session_domains(session_id)
-            )
-        inputs = self.dataflow_inputs(query, session_id, pinned_category)
+            return failure_result(_echo(query), "invalid_input", message, prior_session_domains)
+        inputs = self.dataflow_inputs(query, pinned_category, prior_session_domains)
         self._timing.start()
         try:
             result: LookupResult = self.driver.execute([FINAL_NODE], inputs=inputs)[FINAL_NODE]
@@ -99,14 +108,17 @@ class KnowledgeTool:
         return result
 
     def dataflow_inputs(
-        self, query: str, session_id: str | None = None, pinned_category: str | None = None
+        self,
+        query: str,
+        pinned_category: str | None = None,
+        prior_session_domains: list[str] | None = None,
     ) -> dict[str, Any]:
         """The Hamilton inputs for one (valid) query."""
         return {
             **self._static_inputs,
             "query": query.strip(),
             "pinned_category": pinned_category,
-            "prior_session_domains": self.session_domains(session_id),
+            "prior_session_domains": prior_session_domains or [],
         }
 
     def session_domains(self, session_id: str | None) -> list[str]:

@@ -1,0 +1,133 @@
+"""Warm single-call lookup latency on SciFact, broken down per stage, next to the bare floor.
+
+The floor is the same model's ``encode`` of the query plus one direct Qdrant Edge search on the
+same shard. Each query runs floor-then-lookup back to back, so both see the same machine load.
+
+    python benchmarks/lookup_latency.py [--store DIR] [--limit N] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import qdrant_edge as qe
+from rich.console import Console
+from rich.table import Table
+
+from lookup_knowledge import KnowledgeTool, ingest, load_config
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+SEARCH_NODES = {"filtered_hits", "unfiltered_hits"}
+POSTPROCESSING_NODES = {
+    "final_hits", "candidates_df", "deduped_df", "reranked_df", "evidence_blocks", "context_pack",
+}  # fmt: skip
+
+
+def test_queries(limit: int | None) -> list[str]:
+    judged = {line.split("\t")[0] for line in (DATA / "qrels.tsv").read_text().splitlines()[1:]}
+    queries = [json.loads(line) for line in (DATA / "queries.jsonl").read_text().splitlines()]
+    texts = [q["text"] for q in queries if q["_id"] in judged]
+    return texts[:limit] if limit else texts
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--store", type=Path, default=Path("benchmarks/.cache/scifact"))
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/lookup_latency.json"))
+    args = parser.parse_args()
+    if not DATA.is_dir():
+        print(f"skipped: {DATA} not found (benchmark data lives in ../shared/data)")
+        return 0
+    console = Console()
+    config = load_config(overrides={"store.path": str(args.store)})
+    console.print(f"ingesting {DATA} into {args.store} (skips unchanged documents) ...")
+    report = ingest(DATA, config, progress=console.is_terminal)
+    console.print(f"{report.documents} documents, {report.points_in_store} chunks, {report.seconds:.0f} s")
+    queries = test_queries(args.limit)
+
+    with KnowledgeTool.from_config(config) as tool:
+        shard = tool.search_port._shard  # the same engine, searched directly for the floor
+        model = tool.embedder.model
+        k = config.retrieval.effective_retrieve_k
+
+        def floor(text: str) -> float:
+            start = time.perf_counter()
+            vector = model.encode([text], batch_size=64, normalize_embeddings=True, convert_to_numpy=True)[0]
+            shard.query(qe.QueryRequest(limit=k, query=qe.Query.Nearest(vector.tolist()), with_payload=True))
+            return (time.perf_counter() - start) * 1000
+
+        for text in queries[: args.warmup]:
+            floor(text)
+            tool.lookup(text)
+        rows: dict[str, list[float]] = {
+            k: [] for k in ("floor", "total", "embedding", "search", "postprocessing", "hamilton_overhead")
+        }
+        for text in queries:
+            rows["floor"].append(floor(text))
+            start = time.perf_counter()
+            result = tool.lookup(text)
+            total = (time.perf_counter() - start) * 1000
+            nodes = {n.name: n.ms for n in result.retrieval_trace.executed_nodes}
+            rows["total"].append(total)
+            rows["embedding"].append(nodes["query_vector"])
+            rows["search"].append(sum(ms for n, ms in nodes.items() if n in SEARCH_NODES))
+            rows["postprocessing"].append(sum(ms for n, ms in nodes.items() if n in POSTPROCESSING_NODES))
+            rows["hamilton_overhead"].append(total - sum(nodes.values()))
+        other = [
+            t - e - s - p - h
+            for t, e, s, p, h in zip(
+                rows["total"], rows["embedding"], rows["search"], rows["postprocessing"],
+                rows["hamilton_overhead"], strict=True,
+            )
+        ]  # fmt: skip
+        rows["other_nodes"] = other
+
+    summary = {name: {"p50_ms": percentile(v, 50), "p95_ms": percentile(v, 95)} for name, v in rows.items()}
+    post_plus_hamilton = [p + h for p, h in zip(rows["postprocessing"], rows["hamilton_overhead"], strict=True)]
+    summary["postprocessing_plus_hamilton"] = {
+        "p50_ms": percentile(post_plus_hamilton, 50),
+        "p95_ms": percentile(post_plus_hamilton, 95),
+    }
+    ratio = summary["total"]["p50_ms"] / summary["floor"]["p50_ms"]
+    table = Table(title=f"Warm lookup latency, SciFact, {len(queries)} test queries")
+    for column in ("stage", "p50 ms", "p95 ms"):
+        table.add_column(column)
+    for name, figures in summary.items():
+        table.add_row(name, f"{figures['p50_ms']:.2f}", f"{figures['p95_ms']:.2f}")
+    console.print(table)
+    target_post = summary["postprocessing_plus_hamilton"]["p50_ms"] < 2.0
+    console.print(
+        f"end-to-end p50 / floor p50 = {ratio:.2f} (target < 1.5: {'met' if ratio < 1.5 else 'MISSED'}); "
+        f"post-processing + Hamilton p50 < 2 ms: {'met' if target_post else 'MISSED'}"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "queries": len(queries),
+                "chunks": report.points_in_store,
+                "stages": summary,
+                "end_to_end_over_floor_p50": ratio,
+                "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
+            },
+            indent=2,
+        )
+    )
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
