@@ -88,24 +88,31 @@ class KnowledgeTool:
         """
         if prior_session_domains is None:
             prior_session_domains = self.session_domains(session_id)
-        problem = query_problem(query, self.config.retrieval.max_query_chars)
-        if problem is not None:
-            message = f"Invalid query: {problem}."
-            return failure_result(_echo(query), "invalid_input", message, prior_session_domains)
+        invalid = invalid_query_result(query, self.config.retrieval.max_query_chars, prior_session_domains)
+        if invalid is not None:
+            return invalid
         inputs = self.dataflow_inputs(query, pinned_category, prior_session_domains)
+        result = self.execute_dataflow(inputs)
+        self._remember(session_id, result.retrieved_domains_this_session)
+        return result
+
+    def execute_dataflow(
+        self, inputs: dict[str, Any], overrides: dict[str, Any] | None = None
+    ) -> LookupResult:
+        """Execute the DAG for prepared inputs (``overrides`` may supply e.g. a batched
+        ``query_vector``); the executed nodes and their timings go into the trace."""
         self._timing.start()
         try:
-            result: LookupResult = self.driver.execute([FINAL_NODE], inputs=inputs)[FINAL_NODE]
+            outputs = self.driver.execute([FINAL_NODE], inputs=inputs, overrides=overrides)
         except Exception as exc:  # an embedder or store crash must reach the agent as a result
             logger.warning("lookup failed: %s", exc, exc_info=logger.isEnabledFor(logging.DEBUG))
             message = f"Knowledge retrieval failed: {exc}"
             return failure_result(
-                query, "retrieval_failed", message, inputs["prior_session_domains"]
+                inputs["query"], "retrieval_failed", message, inputs["prior_session_domains"]
             )
+        result: LookupResult = outputs[FINAL_NODE]
         trace = result.retrieval_trace.model_copy(update={"executed_nodes": self._timing.timings()})
-        result = result.model_copy(update={"retrieval_trace": trace})
-        self._remember(session_id, result.retrieved_domains_this_session)
-        return result
+        return result.model_copy(update={"retrieval_trace": trace})
 
     def dataflow_inputs(
         self,
@@ -161,6 +168,16 @@ def query_problem(query: Any, max_chars: int) -> str | None:
     if "Cc" in categories:
         return "the query contains control characters"
     return None
+
+
+def invalid_query_result(
+    query: Any, max_chars: int, session_domains: list[str]
+) -> LookupResult | None:
+    """The ``invalid_input`` result for a query that cannot be looked up, else ``None``."""
+    problem = query_problem(query, max_chars)
+    if problem is None:
+        return None
+    return failure_result(_echo(query), "invalid_input", f"Invalid query: {problem}.", session_domains)
 
 
 def _echo(query: Any) -> str:

@@ -1,0 +1,97 @@
+"""Batched lookups: the same DAG as a single lookup, with embeddings and searches done in batches.
+
+Each query still runs through ``KnowledgeTool``'s Hamilton driver. Only two things are
+prepared for a whole batch at once: the query vectors (handed to the DAG as an override of the
+``query_vector`` node) and the searches (answered from one ``search_batch`` call by a port
+that replays them). The retrieval semantics (filter, fallback, post-processing) are untouched,
+so a batched result equals the single-call result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.contract import LookupResult
+from lookup_knowledge.tool import KnowledgeTool, invalid_query_result
+
+BATCH_SIZE = 256
+
+
+class PrefetchedSearchPort(KnowledgeSearchPort):
+    """Answers searches from prefetched results keyed by category; anything else goes live."""
+
+    def __init__(self, live: KnowledgeSearchPort, prefetched: dict[str | None, list[SearchHit]]):
+        self.live = live
+        self.prefetched = prefetched
+
+    def search(self, request: SearchRequest) -> list[SearchHit]:
+        hits = self.prefetched.get(request.category)
+        return list(hits) if hits is not None else self.live.search(request)
+
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+        return [self.search(request) for request in requests]
+
+
+def lookup_many(
+    tool: KnowledgeTool,
+    queries: Sequence[str],
+    pinned_categories: Sequence[str | None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> list[LookupResult]:
+    """Look up every query (in order), batching embeddings and searches per chunk of queries."""
+    pinned = list(pinned_categories) if pinned_categories is not None else [None] * len(queries)
+    results: list[LookupResult] = []
+    for start in range(0, len(queries), BATCH_SIZE):
+        chunk = range(start, min(start + BATCH_SIZE, len(queries)))
+        results.extend(_lookup_chunk(tool, [queries[i] for i in chunk], [pinned[i] for i in chunk]))
+        if on_progress is not None:
+            on_progress(len(chunk))
+    return results
+
+
+def _lookup_chunk(
+    tool: KnowledgeTool, queries: list[str], pinned: list[str | None]
+) -> list[LookupResult]:
+    max_chars = tool.config.retrieval.max_query_chars
+    results: dict[int, LookupResult] = {}
+    for i, query in enumerate(queries):
+        if (invalid := invalid_query_result(query, max_chars, [])) is not None:
+            results[i] = invalid
+    valid = [i for i in range(len(queries)) if i not in results]
+    inputs = {i: tool.dataflow_inputs(queries[i], pinned[i]) for i in valid}
+    if not tool.config.l1.enabled:
+        results.update({i: tool.execute_dataflow(inputs[i]) for i in valid})
+        return [results[i] for i in range(len(queries))]
+    vectors = tool.embedder.embed_queries([inputs[i]["query"] for i in valid])
+    vector_of = dict(zip(valid, vectors, strict=True))
+    filters = {i: tool.driver.execute(["category_filter"], inputs=inputs[i])["category_filter"] for i in valid}
+    prefetched = _prefetch(tool, inputs, vector_of, filters)
+    for i in valid:
+        port = PrefetchedSearchPort(tool.search_port, prefetched.get(i, {}))
+        results[i] = tool.execute_dataflow(
+            {**inputs[i], "search_port": port}, overrides={"query_vector": vector_of[i]}
+        )
+    return [results[i] for i in range(len(queries))]
+
+
+def _prefetch(
+    tool: KnowledgeTool,
+    inputs: dict[int, dict],
+    vectors: dict[int, np.ndarray],
+    filters: dict[int, str | None],
+) -> dict[int, dict[str | None, list[SearchHit]]]:
+    """One batched search for every request the DAG may make: filtered, and the unfiltered retry."""
+    keys = [(i, category) for i in inputs for category in dict.fromkeys([filters[i], None])]
+    width = tool.config.retrieval.effective_retrieve_k
+    requests = [SearchRequest(inputs[i]["query"], vectors[i], width, c) for i, c in keys]
+    try:
+        answers = tool.search_port.search_batch(requests)
+    except Exception:  # a failing batch is retried live, per query, where the DAG traces errors
+        return {}
+    prefetched: dict[int, dict[str | None, list[SearchHit]]] = {}
+    for (i, category), hits in zip(keys, answers, strict=True):
+        prefetched.setdefault(i, {})[category] = hits
+    return prefetched
