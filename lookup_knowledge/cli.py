@@ -15,6 +15,7 @@ from lookup_knowledge.adapters.corpus import CorpusError
 from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
 from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.display import print_result
+from lookup_knowledge.eval_cli import register as register_eval_commands
 from lookup_knowledge.ingest import IngestReport, ingest
 from lookup_knowledge.render import render_execution, render_variants
 from lookup_knowledge.tool import KnowledgeTool, query_problem
@@ -129,3 +130,6 @@ def render_command(
 
 def main() -> None:
     app()
+
+
+register_eval_commands(app)

@@ -126,7 +126,7 @@ def load_config(
 ) -> Config:
     """Load a YAML config (default: the shipped one) and apply ``dotted.key=value`` overrides."""
     data = _read_yaml(Path(path) if path is not None else default_config_path())
-    items = overrides.items() if isinstance(overrides, Mapping) else map(_split_override, overrides)
+    items = overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
     for key, value in items:
         _set_dotted(data, key, value)
     try:
@@ -140,6 +140,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except OSError as exc:  # a folder, no permission
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
     if data is None:
@@ -149,7 +151,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _split_override(override: str) -> tuple[str, Any]:
+def parse_override(override: str) -> tuple[str, Any]:
+    """``dotted.key=value`` -> (key, YAML-parsed value)."""
     key, sep, raw = override.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override {override!r} must look like dotted.key=value")

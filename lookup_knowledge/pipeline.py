@@ -35,15 +35,16 @@ class NodeTimingHook(NodeExecutionHook):
         self._local = threading.local()
 
     def start(self) -> None:
+        """Begin a new record for this thread's next execution."""
         self._local.timings = []
         self._local.started = {}
 
     def timings(self) -> list[NodeTiming]:
-        return [
-            NodeTiming(name=n, ms=round(ms, 4)) for n, ms in getattr(self._local, "timings", [])
-        ]
+        return [NodeTiming(name=n, ms=round(ms, 4)) for n, ms in getattr(self._local, "timings", [])]
 
     def run_before_node_execution(self, *, node_name: str, **_: Any) -> None:
+        if not hasattr(self._local, "started"):
+            self.start()
         self._local.started[node_name] = time.perf_counter()
 
     def run_after_node_execution(self, *, node_name: str, **_: Any) -> None:

@@ -1,0 +1,162 @@
+"""Configuration comparisons and sweeps over the same eval queries, with paired significance tests."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from lookup_knowledge.config import Config, ConfigError, load_config  # noqa: E402
+from lookup_knowledge.eval_data import Qrels  # noqa: E402
+from lookup_knowledge.evaluation import METRIC_NAMES, EvalRun, evaluate  # noqa: E402
+from lookup_knowledge.tool import KnowledgeTool  # noqa: E402
+
+SHARED_SECTIONS = ("store.", "embedder.")  # variants share one open store and one model
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_compare(spec: str) -> Variant:
+    """``NAME=--set k=v --set k2=v2`` (or ``NAME=k=v,k2=v2``) -> a variant."""
+    name, sep, rest = spec.partition("=")
+    if not sep or not name.strip():
+        raise ConfigError(f"--compare {spec!r}: expected NAME=--set key=value ...")
+    tokens = shlex.split(rest)
+    pairs = [t for t in tokens if t not in ("--set", "-s")]
+    if len(tokens) == 1 and "," in tokens[0]:
+        pairs = tokens[0].split(",")
+    return Variant(name.strip(), dict(_pair(p) for p in pairs))
+
+
+def _pair(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep:
+        raise ConfigError(f"override {text!r} must look like dotted.key=value")
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+
+
+def load_variants(path: str | Path) -> list[Variant]:
+    """A YAML list of ``{name: ..., set: {dotted.key: value}}``."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise ConfigError(f"{path}: expected a list of {{name, set}} variants")
+    return [Variant(str(item["name"]), dict(item.get("set") or {})) for item in data]
+
+
+def parse_sweep(spec: str) -> list[Variant]:
+    """``dotted.key=start:stop:step`` (stop inclusive) -> one variant per value."""
+    key, sep, values = spec.partition("=")
+    try:
+        start, stop, step = (float(v) for v in values.split(":"))
+    except ValueError:
+        raise ConfigError(f"--sweep {spec!r}: expected dotted.key=start:stop:step") from None
+    if not sep or step <= 0 or stop < start:
+        raise ConfigError(f"--sweep {spec!r}: expected dotted.key=start:stop:step with step > 0")
+    points = np.round(np.arange(start, stop + step / 2, step), 10)
+    return [Variant(f"{key}={p:g}", {key.strip(): float(p)}) for p in points]
+
+
+def run_variants(
+    base: Config,
+    base_overrides: dict[str, Any],
+    config_path: str | Path | None,
+    variants: list[Variant],
+    queries: pd.DataFrame,
+    qrels: Qrels | None,
+    base_tool: KnowledgeTool,
+    on_variant: Callable[[str], None] | None = None,
+) -> dict[str, EvalRun]:
+    """Evaluate the baseline and every variant over the same queries, sharing store and model."""
+    runs = {BASELINE: evaluate(base_tool, queries, qrels)}
+    for variant in variants:
+        shared = [k for k in variant.overrides if k.startswith(SHARED_SECTIONS)]
+        if shared:
+            raise ConfigError(f"variant {variant.name!r} changes {shared}: variants share store and embedder")
+        if on_variant is not None:
+            on_variant(variant.name)
+        config = load_config(config_path, {**base_overrides, **variant.overrides})
+        tool = KnowledgeTool(
+            config,
+            search_port=base_tool.search_port,
+            embedder=base_tool.embedder,
+            l0_index=base_tool.l0_index,
+        )
+        runs[variant.name] = evaluate(tool, queries, qrels)
+        runs[variant.name].config_overrides = variant.overrides
+    return runs
+
+
+def comparison_table(runs: dict[str, EvalRun]) -> pd.DataFrame:
+    """Per variant and metric: value, delta to the baseline, paired t-test p-value per query."""
+    base = runs[BASELINE]
+    rows = []
+    for name, run in runs.items():
+        for metric in [*METRIC_NAMES, "fallback_rate", "found_rate"]:
+            value = run.metrics["overall"][metric]
+            reference = base.metrics["overall"][metric]
+            rows.append(
+                {
+                    "variant": name,
+                    "metric": metric,
+                    "value": value,
+                    "delta": None if value is None or reference is None else value - reference,
+                    "p_value": _paired_p(base, run, metric) if name != BASELINE else None,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _paired_p(base: EvalRun, other: EvalRun, metric: str) -> float | None:
+    if metric not in METRIC_NAMES or base.per_query.empty:
+        return None
+    paired = base.per_query[["query_id", metric]].merge(
+        other.per_query[["query_id", metric]], on="query_id", suffixes=("_a", "_b")
+    )
+    a, b = paired[f"{metric}_a"].to_numpy(), paired[f"{metric}_b"].to_numpy()
+    if len(a) < 2 or np.allclose(a, b):
+        return 1.0
+    return float(stats.ttest_rel(a, b).pvalue)
+
+
+def plot_sweep(runs: dict[str, EvalRun], variants: list[Variant], path: str | Path) -> Path:
+    """Metrics and fallback rate against the swept value."""
+    key = next(iter(variants[0].overrides))
+    xs = [v.overrides[key] for v in variants]
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for metric in ("ndcg@10", "recall@10", "mrr@10", "fallback_rate", "found_rate"):
+        ys = [runs[v.name].metrics["overall"][metric] for v in variants]
+        if all(y is not None for y in ys):
+            axes.plot(xs, ys, marker="o", label=metric)
+    axes.set_xlabel(key)
+    axes.set_title(f"Sweep of {key}")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return Path(path)
+
+
+def comparison_markdown(table: pd.DataFrame) -> str:
+    lines = ["| variant | metric | value | delta | p (paired t-test) |", "|---|---|---|---|---|"]
+    for row in table.itertuples(index=False):
+        value = "-" if row.value is None else f"{row.value:.4f}"
+        delta = "-" if row.delta is None or pd.isna(row.delta) else f"{row.delta:+.4f}"
+        p = "-" if row.p_value is None or pd.isna(row.p_value) else f"{row.p_value:.3g}"
+        lines.append(f"| {row.variant} | {row.metric} | {value} | {delta} | {p} |")
+    return "\n".join(lines) + "\n"

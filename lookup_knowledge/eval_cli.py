@@ -1,0 +1,147 @@
+"""The ``eval`` and ``eval-queries`` commands (registered on the main CLI app)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
+from lookup_knowledge.config import ConfigError, load_config, parse_override
+from lookup_knowledge.eval_data import (
+    EvalDataError,
+    beir_to_parquet,
+    load_eval_queries,
+    load_qrels,
+    relevance,
+)
+from lookup_knowledge.evaluation import METRIC_NAMES, EvalRun, evaluate
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def eval_command(
+    queries_file: Annotated[Path, typer.Argument(help="Eval query parquet (query_id, query, ...).")],
+    qrels: Annotated[Path | None, typer.Option("--qrels", help="BEIR qrels.tsv; wins over 'relevant'.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help="dotted.key=value")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("eval-out"),
+    compare: Annotated[
+        list[str] | None, typer.Option("--compare", help="Variant NAME='--set k=v ...' (repeatable).")
+    ] = None,
+    variants_file: Annotated[Path | None, typer.Option("--variants", help="YAML list of variants.")] = None,
+    sweep: Annotated[str | None, typer.Option("--sweep", help="dotted.key=start:stop:step")] = None,
+    dask: Annotated[
+        str | None, typer.Option("--dask", help="Dask scheduler address: run query shards there.")
+    ] = None,
+) -> None:
+    """Evaluate eval queries through the lookup DAG; write results, metrics and a report."""
+    from lookup_knowledge.compare import (
+        comparison_markdown,
+        comparison_table,
+        load_variants,
+        parse_compare,
+        parse_sweep,
+        plot_sweep,
+        run_variants,
+    )
+    from lookup_knowledge.report import write_eval_outputs
+    from lookup_knowledge.tool import KnowledgeTool
+
+    try:
+        base_overrides = dict(parse_override(o) for o in overrides or [])
+        settings = load_config(config, base_overrides)
+        queries = load_eval_queries(queries_file)
+        judgments = load_qrels(qrels) if qrels else None
+        variants = [parse_compare(spec) for spec in compare or []]
+        variants += load_variants(variants_file) if variants_file else []
+        swept = parse_sweep(sweep) if sweep else []
+    except (ConfigError, EvalDataError) as exc:
+        _fail(str(exc))
+    judgments = relevance(queries, judgments)
+    if not judgments:
+        console.print("[yellow]no relevance judgments: metrics other than rates are empty[/]")
+    if dask:
+        run = _distributed(settings, queries, judgments, dask)
+        _report(run, write_eval_outputs(run, out, f"Evaluation of {queries_file.name}"))
+        return
+    try:
+        tool = KnowledgeTool.from_config(settings)
+    except StoreUnavailableError as exc:
+        _fail(str(exc), code=1)
+    with tool:
+        run = _with_progress(tool, queries, judgments)
+        _report(run, write_eval_outputs(run, out, f"Evaluation of {queries_file.name}"))
+        if variants or swept:
+            runs = run_variants(
+                settings, base_overrides, config, variants + swept, queries, judgments, tool,
+                on_variant=lambda name: console.print(f"variant {name} ..."),
+            )  # fmt: skip
+            table = comparison_table(runs)
+            table.to_csv(out / "comparison.csv", index=False)
+            (out / "comparison.md").write_text(comparison_markdown(table), encoding="utf-8")
+            console.print(comparison_markdown(table[table["metric"].isin(["ndcg@10", "fallback_rate"])]))
+            if swept:
+                console.print(f"wrote {plot_sweep(runs, swept, out / 'sweep.png')}")
+            console.print(f"wrote {out / 'comparison.md'} and {out / 'comparison.csv'}")
+
+
+def _with_progress(tool, queries, judgments) -> EvalRun:  # noqa: ANN001
+    columns = (TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, disable=not console.is_terminal, transient=True) as bar:
+        task = bar.add_task("queries", total=len(queries))
+        return evaluate(tool, queries, judgments, lambda n: bar.advance(task, n))
+
+
+def _distributed(settings, queries, judgments, address: str) -> EvalRun:  # noqa: ANN001
+    from dask.distributed import Client
+
+    from lookup_knowledge.distributed import distributed_evaluate
+
+    with Client(address) as client:
+        return distributed_evaluate(settings, queries, judgments, client)
+
+
+def _report(run: EvalRun, written: list[Path]) -> None:
+    overall = run.metrics["overall"]
+    table = Table(title=f"{overall['queries']} queries ({overall['judged_queries']} judged)")
+    table.add_column("metric")
+    table.add_column("value")
+    for name in [*METRIC_NAMES, "found_rate", "no_evidence_rate", "fallback_rate"]:
+        value = overall.get(name)
+        table.add_row(name, "-" if value is None else f"{value:.4f}")
+    table.add_row("queries/s", f"{run.queries_per_second:.1f}")
+    console.print(table)
+    console.print(f"wrote {', '.join(str(p) for p in written[:3])} and {len(written) - 3} plots")
+
+
+def eval_queries_command(
+    corpus_dir: Annotated[Path, typer.Argument(help="BEIR folder with queries.jsonl and qrels.tsv.")],
+    out: Annotated[Path, typer.Option("--out", help="Parquet file to write.")],
+    qrels: Annotated[Path | None, typer.Option("--qrels", help="qrels.tsv (default: in the folder).")] = None,
+    pin_category: Annotated[
+        bool, typer.Option("--pin-category", help="Write each query's category as its pinned filter.")
+    ] = False,
+) -> None:
+    """Convert a BEIR queries.jsonl (+ qrels) into an eval query parquet."""
+    try:
+        rows = beir_to_parquet(corpus_dir, out, qrels, pin_category)
+    except (EvalDataError, json.JSONDecodeError, KeyError) as exc:
+        _fail(str(exc))
+    console.print(f"wrote {rows} judged queries to {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_command)
+    app.command("eval-queries")(eval_queries_command)

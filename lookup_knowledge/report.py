@@ -1,0 +1,106 @@
+"""Evaluation outputs: ``results.parquet``, ``metrics.json`` and ``report.md`` with PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from lookup_knowledge.evaluation import METRIC_NAMES, EvalRun  # noqa: E402
+
+
+def write_eval_outputs(run: EvalRun, out_dir: str | Path, title: str = "Evaluation") -> list[Path]:
+    """Write results, metrics, plots and the markdown report; returns the files written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    run.results.to_parquet(out / "results.parquet", index=False)
+    run.per_query.to_parquet(out / "per_query_metrics.parquet", index=False)
+    metrics = {**run.metrics, "seconds": run.seconds, "queries_per_second": run.queries_per_second}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False))
+    plots = [
+        _plot(out / "per_query_metrics.png", _per_query_distribution, run.per_query),
+        _plot(out / "top_score_histogram.png", _top_score_histogram, run.results),
+        _plot(out / "fallback_reasons.png", _fallback_reasons, run.results),
+        _plot(out / "latency_histogram.png", _latency_histogram, run.results),
+    ]
+    report = out / "report.md"
+    report.write_text(_markdown(title, metrics, [p.name for p in plots]), encoding="utf-8")
+    return [out / "results.parquet", out / "metrics.json", report, *plots]
+
+
+def _plot(path: Path, draw: Any, data: pd.DataFrame) -> Path:
+    figure, axes = plt.subplots(figsize=(7, 4))
+    draw(axes, data)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _per_query_distribution(axes: plt.Axes, per_query: pd.DataFrame) -> None:
+    columns = [name for name in ("ndcg@10", "recall@10", "mrr@10") if name in per_query]
+    if per_query.empty:
+        axes.text(0.5, 0.5, "no judged queries", ha="center")
+    else:
+        axes.boxplot([per_query[c] for c in columns], tick_labels=columns)
+    axes.set_title("Per-query metric distribution")
+    axes.set_ylim(-0.05, 1.05)
+
+
+def _top_score_histogram(axes: plt.Axes, results: pd.DataFrame) -> None:
+    judged = results.dropna(subset=["top_hit_relevant", "top_normalized_score"])
+    for relevant, label in ((True, "top hit relevant"), (False, "top hit not relevant")):
+        scores = judged[judged["top_hit_relevant"] == relevant]["top_normalized_score"]
+        axes.hist(scores, bins=20, range=(0, 1), alpha=0.6, label=f"{label} ({len(scores)})")
+    axes.set_title("Top normalized score (pick reference_threshold where the bars separate)")
+    axes.set_xlabel("normalized score of the top evidence block")
+    axes.legend()
+
+
+def _fallback_reasons(axes: plt.Axes, results: pd.DataFrame) -> None:
+    counts = results["fallback_reason"].fillna("none (no retry)").value_counts()
+    axes.barh(counts.index.tolist(), counts.to_numpy())
+    axes.set_title("Fallback reasons")
+    axes.set_xlabel("queries")
+
+
+def _latency_histogram(axes: plt.Axes, results: pd.DataFrame) -> None:
+    axes.hist(results["latency_ms"], bins=30)
+    axes.set_title("Per-query DAG time (batched embedding excluded)")
+    axes.set_xlabel("ms")
+
+
+def _markdown(title: str, metrics: dict[str, Any], plots: list[str]) -> str:
+    overall = metrics["overall"]
+    lines = [f"# {title}", "", "| metric | value |", "|---|---|"]
+    for name in [*METRIC_NAMES, "found_rate", "no_evidence_rate", "fallback_rate"]:
+        lines.append(f"| {name} | {_fmt(overall.get(name))} |")
+    lines += [
+        f"| latency p50 / p95 (ms) | {_fmt(overall['latency_ms_p50'])} / {_fmt(overall['latency_ms_p95'])} |",
+        f"| queries/s (batched) | {_fmt(metrics['queries_per_second'])} |",
+        "",
+    ]
+    if overall["fallback_rate_by_reason"]:
+        lines += ["Fallback rate by reason:", ""]
+        lines += [f"- {r}: {_fmt(v)}" for r, v in overall["fallback_rate_by_reason"].items()] + [""]
+    if metrics["per_category"]:
+        lines += ["## Per category", "", "| category | queries | ndcg@10 | recall@10 | fallback rate |"]
+        lines += ["|---|---|---|---|---|"]
+        for category, m in metrics["per_category"].items():
+            lines.append(
+                f"| {category} | {m['queries']} | {_fmt(m['ndcg@10'])} | {_fmt(m['recall@10'])} "
+                f"| {_fmt(m['fallback_rate'])} |"
+            )
+        lines.append("")
+    lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
