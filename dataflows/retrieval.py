@@ -75,10 +75,19 @@ def filtered_hits(
 
 
 @config.when_not(l1_enabled=False)
-def fallback_decision(filtered_hits: SearchAttempt, reference_threshold: float) -> FallbackDecision:
+def fallback_decision(
+    filtered_hits: SearchAttempt, reference_threshold: float, fallback_enabled: bool = True
+) -> FallbackDecision:
     """Retry unfiltered when a filtered search erred, found nothing usable, or scored too low."""
-    if filtered_hits.kind == "unfiltered":
+    if filtered_hits.kind == "unfiltered" or not fallback_enabled:
         return FallbackDecision(retry=False)
+    if filtered_hits.error is not None:
+        return FallbackDecision(retry=True, reason="filtered_vector_error")
+    if not filtered_hits.usable:
+        return FallbackDecision(retry=True, reason="filtered_vector_no_evidence")
+    if (filtered_hits.top_normalized_score or 0.0) < reference_threshold:
+        return FallbackDecision(retry=True, reason="filtered_vector_low_quality")
+    return FallbackDecision(retry=False)
     if filtered_hits.error is not None:
         return FallbackDecision(retry=True, reason="filtered_vector_error")
     if not filtered_hits.usable:

@@ -75,6 +75,7 @@ def settings_inputs(config: Config) -> dict[str, Any]:
         "retrieve_k": retrieval_config.effective_retrieve_k,
         "return_n": retrieval_config.effective_return_n,
         "reference_threshold": retrieval_config.reference_threshold,
+        "fallback_enabled": retrieval_config.fallback,
         "min_evidence_score": retrieval_config.min_evidence_score,
         "max_chunks_per_document": retrieval_config.max_chunks_per_document,
         "rerank_weights": config.rerank,
