@@ -88,13 +88,6 @@ def fallback_decision(
     if (filtered_hits.top_normalized_score or 0.0) < reference_threshold:
         return FallbackDecision(retry=True, reason="filtered_vector_low_quality")
     return FallbackDecision(retry=False)
-    if filtered_hits.error is not None:
-        return FallbackDecision(retry=True, reason="filtered_vector_error")
-    if not filtered_hits.usable:
-        return FallbackDecision(retry=True, reason="filtered_vector_no_evidence")
-    if (filtered_hits.top_normalized_score or 0.0) < reference_threshold:
-        return FallbackDecision(retry=True, reason="filtered_vector_low_quality")
-    return FallbackDecision(retry=False)
 
 
 @config.when_not(l1_enabled=False)
