@@ -62,9 +62,7 @@ def read_corpus(source: str | Path, max_file_bytes: int = 2_000_000) -> Corpus:
         if path.suffix == ".jsonl":
             return _dedupe(_read_jsonl(path))
         raise CorpusError(f"unsupported source file {path}: give a folder or a .jsonl corpus")
-    markdown = sorted(
-        p for p in path.rglob("*") if p.suffix.lower() in MARKDOWN_SUFFIXES and not p.is_dir()
-    )
+    markdown = sorted(p for p in path.rglob("*") if p.suffix.lower() in MARKDOWN_SUFFIXES and not p.is_dir())
     if markdown:
         return _dedupe(_read_markdown_folder(path, markdown, max_file_bytes))
     if (path / JSONL_CORPUS_NAME).is_file():

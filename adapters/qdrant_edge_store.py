@@ -49,9 +49,12 @@ class QdrantEdgeStore(KnowledgeStore):
         except StoreUnavailableError:
             raise
         except Exception as exc:  # the engine raises plain exceptions (WouldBlock, config mismatch)
-            raise StoreUnavailableError(
-                f"cannot open knowledge store at {self.path}: {exc}"
-            ) from exc
+            if "WouldBlock" in str(exc):  # the WAL lock is held by another open store
+                raise StoreUnavailableError(
+                    f"cannot open knowledge store at {self.path}: it is locked, already open in "
+                    "another process (or elsewhere in this one); close that first"
+                ) from exc
+            raise StoreUnavailableError(f"cannot open knowledge store at {self.path}: {exc}") from exc
         for field in (CATEGORY_FIELD, DOC_ID_FIELD):
             shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
         return shard
@@ -90,9 +93,7 @@ class QdrantEdgeStore(KnowledgeStore):
         ids = sorted(set(doc_ids))
         if ids:
             condition = qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchAny(ids))
-            self._shard.update(
-                qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition]))
-            )
+            self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
 
     def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
         for doc_id, doc_hash in current_hashes.items():

@@ -1,0 +1,89 @@
+"""Throughput of ``eval`` on the SciFact test queries next to the batched embed + search floor.
+
+The floor is the same model encoding every query in one batched call plus one batched Qdrant
+Edge search on the same shard. Floor and eval alternate for several rounds (medians reported).
+
+    python benchmarks/eval_throughput.py [--store DIR] [--rounds 3] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import qdrant_edge as qe
+from rich.console import Console
+from rich.table import Table
+
+from lookup_knowledge import KnowledgeTool, ingest, load_config
+from lookup_knowledge.eval_data import beir_to_parquet, load_eval_queries, load_qrels, relevance
+from lookup_knowledge.evaluation import evaluate
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--store", type=Path, default=Path("benchmarks/.cache/scifact"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/eval_throughput.json"))
+    args = parser.parse_args()
+    if not DATA.is_dir():
+        print(f"skipped: {DATA} not found (benchmark data lives in ../shared/data)")
+        return 0
+    console = Console()
+    config = load_config(overrides={"store.path": str(args.store)})
+    ingest(DATA, config, progress=console.is_terminal)
+    with tempfile.TemporaryDirectory() as tmp:
+        beir_to_parquet(DATA, Path(tmp) / "q.parquet")
+        queries = load_eval_queries(Path(tmp) / "q.parquet")
+    qrels = relevance(queries, load_qrels(DATA / "qrels.tsv"))
+    texts = queries["query"].tolist()
+    k = config.retrieval.effective_retrieve_k
+
+    with KnowledgeTool.from_config(config) as tool:
+        shard, model = tool.search_port._shard, tool.embedder.model
+
+        def floor() -> float:
+            start = time.perf_counter()
+            vectors = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+            requests = [
+                qe.QueryRequest(limit=k, query=qe.Query.Nearest(v.tolist()), with_payload=True) for v in vectors
+            ]
+            shard.query_batch(qe.QueryBatchRequest(requests))
+            return len(texts) / (time.perf_counter() - start)
+
+        def full_eval() -> float:
+            return evaluate(tool, queries, qrels).queries_per_second
+
+        floor(), full_eval()  # warm both paths
+        floors, evals = [], []
+        for _ in range(args.rounds):
+            floors.append(floor())
+            evals.append(full_eval())
+
+    floor_qps, eval_qps = statistics.median(floors), statistics.median(evals)
+    table = Table(title=f"eval throughput, SciFact, {len(texts)} queries, median of {args.rounds} rounds")
+    table.add_column("path")
+    table.add_column("queries/s")
+    table.add_row("floor: batched encode + query_batch", f"{floor_qps:.0f}")
+    table.add_row("eval (full DAG per query, batched embed/search)", f"{eval_qps:.0f}")
+    table.add_row("eval / floor", f"{eval_qps / floor_qps:.0%} (target >= 50%)")
+    console.print(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {"queries": len(texts), "floor_qps": floors, "eval_qps": evals, "ratio": eval_qps / floor_qps},
+            indent=2,
+        )
+    )
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

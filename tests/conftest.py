@@ -1,0 +1,105 @@
+"""Shared fixtures and helpers for the lookup-knowledge test suite.
+
+Reusable by every test module (including the dataflow tests):
+
+* ``embedder`` (session): the real ``SentenceTransformerEmbedder()`` — the offline MiniLM model
+  loads once per test session.
+* ``write_markdown(root, relpath, frontmatter, body)``: write one markdown file with YAML
+  frontmatter; ``write_corpus(root, docs)``: write several at once.
+* ``small_corpus`` (function): a tiny 3-document markdown folder in ``tmp_path``.
+* ``tmp_config`` (function): the default ``Config`` with ``store.path = tmp_path``;
+  ``make_config(tmp_path, **overrides)`` builds one with extra dotted-key overrides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+
+from lookup_knowledge.config import Config, load_config
+
+
+def write_markdown(root: Path, relpath: str, frontmatter: Mapping[str, Any] | None, body: str) -> Path:
+    """Write ``root/relpath`` as markdown with a YAML frontmatter block (none if empty/None)."""
+    path = Path(root) / relpath
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = ""
+    if frontmatter:
+        dumped = yaml.safe_dump(dict(frontmatter), allow_unicode=True, sort_keys=False)
+        header = f"---\n{dumped}---\n\n"
+    path.write_text(header + body, encoding="utf-8")
+    return path
+
+
+def write_corpus(root: Path, docs: Mapping[str, tuple[Mapping[str, Any] | None, str]]) -> Path:
+    """Write several markdown files: ``{relpath: (frontmatter, body)}``; returns ``root``."""
+    for relpath, (frontmatter, body) in docs.items():
+        write_markdown(root, relpath, frontmatter, body)
+    return Path(root)
+
+
+SMALL_CORPUS: dict[str, tuple[dict[str, Any], str]] = {
+    "payments/refunds.md": (
+        {
+            "id": "refunds",
+            "title": "Refund Policy",
+            "domain": "payments",
+            "keywords": ["refund", "chargeback"],
+        },
+        "# Refund Policy\n\nCustomers may request a refund within 30 days of purchase.\n\n"
+        "## Exceptions\n\nDigital goods that were downloaded are not refundable.\n",
+    ),
+    "infrastructure/kafka.md": (
+        {
+            "id": "kafka-runbook",
+            "title": "Kafka Operations Runbook",
+            "domain": "infrastructure",
+            "keywords": ["kafka", "consumer lag"],
+        },
+        "# Kafka Operations Runbook\n\nWhen consumer lag grows, check the broker disk usage.\n",
+    ),
+    "security/keys.md": (
+        {
+            "id": "api-keys",
+            "title": "API Key Rotation",
+            "domain": "security",
+            "tags": ["secrets"],
+        },
+        "# API Key Rotation\n\nRotate every production API key at least every 90 days.\n",
+    ),
+}
+
+
+@pytest.fixture
+def small_corpus(tmp_path: Path) -> Path:
+    """A 3-document markdown knowledge base (payments, infrastructure, security)."""
+    return write_corpus(tmp_path / "kb", SMALL_CORPUS)
+
+
+def make_config(store_path: Path, **overrides: Any) -> Config:
+    """The default config with ``store.path`` set, plus ``dotted.key`` overrides.
+
+    Dots cannot appear in keyword names, so use ``__``: ``make_config(p, ingest__chunk_chars=200)``.
+    """
+    values: dict[str, Any] = {"store.path": str(store_path)}
+    values.update({key.replace("__", "."): value for key, value in overrides.items()})
+    return load_config(overrides=values)
+
+
+@pytest.fixture
+def tmp_config(tmp_path: Path) -> Config:
+    """The default config whose store (and L0 index) live directly under ``tmp_path``."""
+    return make_config(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def embedder() -> SentenceTransformerEmbedder:
+    """The real offline all-MiniLM-L6-v2 embedder, loaded once per session."""
+    model = SentenceTransformerEmbedder()
+    assert model.dimension == 384  # forces the model load here, once
+    return model

@@ -1,0 +1,290 @@
+"""Configuration: defaults, overrides, validation errors that name the key, precedence, secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lookup_knowledge.config import (
+    DEFAULT_RETRIEVE_K,
+    DEFAULT_RETURN_N,
+    Config,
+    ConfigError,
+    default_config_path,
+    load_config,
+)
+
+
+def write_yaml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- defaults -----------------------------------------------------------------------------------
+
+
+def test_shipped_default_file_exists_and_loads() -> None:
+    assert default_config_path().is_file()
+    assert isinstance(load_config(), Config)
+
+
+def test_defaults_match_documented_values() -> None:
+    config = load_config()
+    assert config.store.backend == "edge"
+    assert config.store.collection == "knowledge"
+    assert config.store.url is None
+    assert config.embedder.model == "all-MiniLM-L6-v2"
+    assert config.ingest.chunk_chars == 1000
+    assert config.ingest.max_file_bytes == 2_000_000
+    assert config.l0.enabled and config.l1.enabled
+    assert config.retrieval.reference_threshold == pytest.approx(0.3)
+    assert config.retrieval.max_chunks_per_document == 2
+
+
+def test_default_recall_and_return_widths() -> None:
+    retrieval = load_config().retrieval
+    assert retrieval.effective_retrieve_k == DEFAULT_RETRIEVE_K == 20
+    assert retrieval.effective_return_n == DEFAULT_RETURN_N == 5
+
+
+def test_config_is_immutable() -> None:
+    config = load_config()
+    with pytest.raises(ValueError):
+        config.retrieval.return_n = 9  # type: ignore[misc]
+
+
+# --- overrides ----------------------------------------------------------------------------------
+
+
+def test_set_override_applies_dotted_key() -> None:
+    config = load_config(overrides=["retrieval.return_n=3"])
+    assert config.retrieval.return_n == 3
+    assert config.retrieval.effective_return_n == 3
+
+
+def test_set_override_values_are_parsed_as_yaml() -> None:
+    config = load_config(
+        overrides=[
+            "l0.enabled=false",
+            "retrieval.reference_threshold=0.45",
+            "ingest.chunk_chars=500",
+            "rerank.source_type={runbook: 0.02, policy: 0.01}",
+            "recorder.url=null",
+        ]
+    )
+    assert config.l0.enabled is False
+    assert config.retrieval.reference_threshold == pytest.approx(0.45)
+    assert config.ingest.chunk_chars == 500
+    assert config.rerank.source_type == {"runbook": 0.02, "policy": 0.01}
+    assert config.recorder.url is None
+
+
+def test_set_override_with_equals_sign_in_value_keeps_the_rest() -> None:
+    config = load_config(overrides=["store.url=http://qdrant:6333/?a=b"])
+    assert config.store.url == "http://qdrant:6333/?a=b"
+
+
+def test_numeric_looking_string_values_stay_strings() -> None:
+    config = load_config(overrides=["store.collection=2024", "store.path=2024"])
+    assert config.store.collection == "2024"
+    assert config.store.path == Path("2024")
+
+
+def test_mapping_overrides_take_values_as_given(tmp_path: Path) -> None:
+    config = load_config(overrides={"store.path": str(tmp_path), "retrieval.top_k": 4})
+    assert config.store.path == tmp_path
+    assert config.retrieval.top_k == 4
+
+
+def test_override_without_equals_sign_is_refused() -> None:
+    with pytest.raises(ConfigError, match="dotted.key=value"):
+        load_config(overrides=["retrieval.return_n"])
+
+
+def test_override_below_a_scalar_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"retrieval\.return_n\.deeper"):
+        load_config(overrides=["retrieval.return_n=3", "retrieval.return_n.deeper=1"])
+
+
+def test_overrides_win_over_the_config_file(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "retrieval:\n  return_n: 4\n")
+    assert load_config(path).retrieval.return_n == 4
+    assert load_config(path, overrides=["retrieval.return_n=2"]).retrieval.return_n == 2
+
+
+def test_partial_config_file_keeps_defaults_for_the_rest(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "store:\n  backend: qdrant\n  url: http://localhost:6333\n")
+    config = load_config(path)
+    assert config.store.backend == "qdrant"
+    assert config.store.url == "http://localhost:6333"
+    assert config.store.collection == "knowledge"
+    assert config.embedder.model == "all-MiniLM-L6-v2"
+
+
+def test_empty_config_file_means_all_defaults(tmp_path: Path) -> None:
+    assert load_config(write_yaml(tmp_path, "")) == Config()
+
+
+# --- validation errors name the dotted key ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("retrieval.bogus=1", "retrieval.bogus"),
+        ("nosuchsection.x=1", "nosuchsection"),
+        ("store.colour=red", "store.colour"),
+    ],
+)
+def test_unknown_key_is_refused_naming_it(override: str, key: str) -> None:
+    with pytest.raises(ConfigError, match="unknown key") as excinfo:
+        load_config(overrides=[override])
+    assert key in str(excinfo.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("retrieval.return_n=abc", "retrieval.return_n"),
+        ("ingest.chunk_chars=[1, 2]", "ingest.chunk_chars"),
+        ("l1.enabled=maybe", "l1.enabled"),
+        ("store.backend=postgres", "store.backend"),
+        ("retrieval=5", "retrieval"),
+    ],
+)
+def test_wrong_type_is_refused_naming_the_key(override: str, key: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(overrides=[override])
+    assert f"{key}:" in str(excinfo.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("retrieval.return_n=0", "retrieval.return_n"),
+        ("retrieval.retrieve_k=-1", "retrieval.retrieve_k"),
+        ("retrieval.reference_threshold=1.5", "retrieval.reference_threshold"),
+        ("retrieval.min_evidence_score=-0.1", "retrieval.min_evidence_score"),
+        ("ingest.chunk_chars=10", "ingest.chunk_chars"),
+        ("store.collection=bad name!", "store.collection"),
+    ],
+)
+def test_out_of_range_value_is_refused_naming_the_key(override: str, key: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(overrides=[override])
+    assert f"{key}:" in str(excinfo.value)
+
+
+def test_out_of_range_value_in_yaml_file_is_refused(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "retrieval:\n  return_n: 0\n  reference_threshold: 1.5\n")
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(path)
+    message = str(excinfo.value)
+    assert "retrieval.return_n" in message
+    assert "retrieval.reference_threshold" in message
+
+
+def test_config_error_is_a_value_error() -> None:
+    assert issubclass(ConfigError, ValueError)
+
+
+# --- files --------------------------------------------------------------------------------------
+
+
+def test_missing_config_file_is_refused(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="not found") as excinfo:
+        load_config(missing)
+    assert str(missing) in str(excinfo.value)
+
+
+def test_folder_given_as_config_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path)
+
+
+def test_broken_yaml_file_is_refused(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "retrieval:\n  return_n: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_yaml_file_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "- just\n- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(path)
+
+
+def test_yaml_file_with_unknown_key_names_it(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "retrieval:\n  retrive_k: 10\n")
+    with pytest.raises(ConfigError, match=r"retrieval\.retrive_k: unknown key"):
+        load_config(path)
+
+
+# --- retrieve_k / return_n / top_k precedence ---------------------------------------------------
+
+
+def test_top_k_alone_sets_both_widths() -> None:
+    retrieval = load_config(overrides=["retrieval.top_k=7"]).retrieval
+    assert retrieval.effective_retrieve_k == 7
+    assert retrieval.effective_return_n == 7
+
+
+def test_explicit_retrieve_k_wins_over_top_k() -> None:
+    retrieval = load_config(overrides=["retrieval.top_k=7", "retrieval.retrieve_k=40"]).retrieval
+    assert retrieval.effective_retrieve_k == 40
+    assert retrieval.effective_return_n == 7
+
+
+def test_explicit_return_n_wins_over_top_k() -> None:
+    retrieval = load_config(overrides=["retrieval.top_k=7", "retrieval.return_n=2"]).retrieval
+    assert retrieval.effective_retrieve_k == 7
+    assert retrieval.effective_return_n == 2
+
+
+def test_return_n_alone_leaves_default_recall_width() -> None:
+    retrieval = load_config(overrides=["retrieval.return_n=3"]).retrieval
+    assert retrieval.effective_retrieve_k == DEFAULT_RETRIEVE_K
+    assert retrieval.effective_return_n == 3
+
+
+def test_retrieve_k_alone_leaves_default_return_n() -> None:
+    retrieval = load_config(overrides=["retrieval.retrieve_k=50"]).retrieval
+    assert retrieval.effective_retrieve_k == 50
+    assert retrieval.effective_return_n == DEFAULT_RETURN_N
+
+
+# --- secrets ------------------------------------------------------------------------------------
+
+
+def test_api_key_comes_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QDRANT_API_KEY", "s3cret")
+    assert load_config().store.api_key == "s3cret"
+
+
+def test_api_key_is_none_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("QDRANT_API_KEY", raising=False)
+    assert load_config().store.api_key is None
+
+
+def test_empty_api_key_environment_means_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QDRANT_API_KEY", "")
+    assert load_config().store.api_key is None
+
+
+def test_api_key_in_yaml_is_refused(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, "store:\n  api_key: s3cret\n")
+    with pytest.raises(ConfigError, match=r"store\.api_key: unknown key"):
+        load_config(path)
+
+
+def test_api_key_override_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"store\.api_key"):
+        load_config(overrides=["store.api_key=s3cret"])
+
+
+def test_api_key_is_not_part_of_the_dumped_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QDRANT_API_KEY", "s3cret")
+    assert "s3cret" not in load_config().model_dump_json()

@@ -1,0 +1,272 @@
+"""Batch evaluation: eval file validation, relevance precedence, metrics, batch == single, compare."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import SMALL_CORPUS, write_corpus
+from lookup_knowledge.adapters.embedder import Embedder
+from typer.testing import CliRunner
+
+from lookup_knowledge import KnowledgeTool, ingest, load_config
+from lookup_knowledge.batch import lookup_many
+from lookup_knowledge.cli import app
+from lookup_knowledge.compare import BASELINE, Variant, comparison_table, parse_compare, parse_sweep, run_variants
+from lookup_knowledge.contract import LookupResult
+from lookup_knowledge.eval_data import (
+    EvalDataError,
+    beir_to_parquet,
+    load_eval_queries,
+    load_qrels,
+    relevance,
+)
+from lookup_knowledge.evaluation import document_ranking, evaluate, per_query_metrics
+from lookup_knowledge.report import write_eval_outputs
+
+QUERIES = [
+    ("q-refund", "can I get a refund for downloaded digital goods?", ["refunds"], None),
+    ("q-kafka", "consumer lag is growing on the brokers", ["kafka-runbook"], None),
+    ("q-keys", "how often must API keys be rotated", ["api-keys"], "payments"),  # wrong pin
+    ("q-none", "", [], None),  # invalid: empty
+]
+
+
+def write_queries(path: Path, rows=QUERIES) -> Path:  # noqa: ANN001
+    table = pa.table(
+        {
+            "query_id": [r[0] for r in rows],
+            "query": [r[1] for r in rows],
+            "relevant": pa.array([r[2] for r in rows], type=pa.list_(pa.string())),
+            "category": pa.array([r[3] for r in rows], type=pa.string()),
+        }
+    )
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Path:
+    root = tmp_path_factory.mktemp("eval-kb")
+    corpus = write_corpus(root / "corpus", SMALL_CORPUS)
+    config = load_config(overrides={"store.path": str(root / "store")})
+    ingest(corpus, config, embedder=embedder)
+    return root / "store"
+
+
+@pytest.fixture
+def tool(store_path: Path, embedder: Embedder) -> Iterator[KnowledgeTool]:
+    config = load_config(overrides={"store.path": str(store_path), "retrieval.reference_threshold": 0.5})
+    with KnowledgeTool(config, embedder=embedder) as knowledge_tool:
+        yield knowledge_tool
+
+
+# --- eval query files -------------------------------------------------------------------------
+
+
+def test_valid_parquet_loads(tmp_path: Path) -> None:
+    frame = load_eval_queries(write_queries(tmp_path / "q.parquet"))
+    assert frame["query_id"].tolist() == ["q-refund", "q-kafka", "q-keys", "q-none"]
+
+
+def test_missing_column_is_named(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"query_id": ["a"]}), tmp_path / "q.parquet")
+    with pytest.raises(EvalDataError, match=r"missing required column\(s\) \['query'\]"):
+        load_eval_queries(tmp_path / "q.parquet")
+
+
+def test_wrong_column_type_is_named(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"query_id": [1, 2], "query": ["a", "b"]}), tmp_path / "q.parquet")
+    with pytest.raises(EvalDataError, match="column 'query_id' must be strings"):
+        load_eval_queries(tmp_path / "q.parquet")
+
+
+def test_wrong_relevant_type_is_refused(tmp_path: Path) -> None:
+    table = pa.table({"query_id": ["a"], "query": ["x"], "relevant": [1.5]})
+    pq.write_table(table, tmp_path / "q.parquet")
+    with pytest.raises(EvalDataError, match="'relevant' must be list<string> or map<string, int>"):
+        load_eval_queries(tmp_path / "q.parquet")
+
+
+def test_empty_file_is_refused(tmp_path: Path) -> None:
+    schema = pa.schema([("query_id", pa.string()), ("query", pa.string())])
+    pq.write_table(schema.empty_table(), tmp_path / "q.parquet")
+    with pytest.raises(EvalDataError, match="has no queries"):
+        load_eval_queries(tmp_path / "q.parquet")
+
+
+def test_duplicate_query_ids_are_refused(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"query_id": ["a", "a"], "query": ["x", "y"]}), tmp_path / "q.parquet")
+    with pytest.raises(EvalDataError, match=r"duplicate query_id values: \['a'\]"):
+        load_eval_queries(tmp_path / "q.parquet")
+
+
+def test_not_parquet_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "q.parquet").write_text("query_id,query\n")
+    with pytest.raises(EvalDataError, match="not a readable parquet file"):
+        load_eval_queries(tmp_path / "q.parquet")
+
+
+def test_graded_map_relevance_is_read(tmp_path: Path) -> None:
+    relevant = pa.array([[("d1", 2), ("d2", 1)]], type=pa.map_(pa.string(), pa.int64()))
+    pq.write_table(pa.table({"query_id": ["a"], "query": ["x"], "relevant": relevant}), tmp_path / "q.parquet")
+    assert relevance(load_eval_queries(tmp_path / "q.parquet")) == {"a": {"d1": 2, "d2": 1}}
+
+
+def test_qrels_file_wins_over_the_relevant_column(tmp_path: Path) -> None:
+    queries = load_eval_queries(write_queries(tmp_path / "q.parquet"))
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq-kafka\tapi-keys\t1\nother\td\t1\n")
+    assert relevance(queries) ["q-kafka"] == {"kafka-runbook": 1}
+    assert relevance(queries, load_qrels(tmp_path / "qrels.tsv")) == {"q-kafka": {"api-keys": 1}}
+
+
+def test_beir_conversion_keeps_judged_queries_only(tmp_path: Path) -> None:
+    (tmp_path / "queries.jsonl").write_text(
+        '{"_id": "1", "text": "first", "category": "news"}\n{"_id": "2", "text": "unjudged"}\n'
+    )
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n1\td9\t2\n")
+    assert beir_to_parquet(tmp_path, tmp_path / "out.parquet", pin_category=True) == 1
+    frame = load_eval_queries(tmp_path / "out.parquet")
+    assert frame["query"].tolist() == ["first"] and frame["category"].tolist() == ["news"]
+    assert relevance(frame) == {"1": {"d9": 2}}
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+def test_metrics_match_hand_computed_values() -> None:
+    results = pd.DataFrame(
+        {"query_id": ["a", "b"], "doc_ids": [["x", "r1", "y", "r2"], ["z"]], "category": [None, None]}
+    )
+    qrels = {"a": {"r1": 1, "r2": 1}, "b": {"r3": 1}}
+    metrics = per_query_metrics(results, qrels).set_index("query_id")
+    # a: relevant at ranks 2 and 4. DCG = 1/log2(3) + 1/log2(5); IDCG = 1 + 1/log2(3)
+    dcg = 1 / 1.5849625007 + 1 / 2.3219280949
+    assert metrics.loc["a", "ndcg@10"] == pytest.approx(dcg / (1 + 1 / 1.5849625007), abs=1e-6)
+    assert metrics.loc["a", "mrr@10"] == pytest.approx(0.5)
+    assert metrics.loc["a", "recall@5"] == pytest.approx(1.0)
+    assert metrics.loc["a", "map"] == pytest.approx((1 / 2 + 2 / 4) / 2)
+    assert metrics.loc["b", "ndcg@10"] == 0.0 and metrics.loc["b", "recall@20"] == 0.0
+
+
+def test_mrr_is_cut_at_ten() -> None:
+    ranking = [f"d{i}" for i in range(11)]
+    results = pd.DataFrame({"query_id": ["a"], "doc_ids": [ranking], "category": [None]})
+    metrics = per_query_metrics(results, {"a": {"d10": 1}})
+    assert metrics["mrr@10"].iloc[0] == 0.0
+    assert metrics["recall@20"].iloc[0] == 1.0
+
+
+def test_document_rank_is_its_best_chunk() -> None:
+    result = LookupResult.model_validate_json(
+        json.dumps(
+            {
+                "query": "q", "found": True, "evidenceStatus": "evidence", "contextPack": None,
+                "retrievalTrace": None, "rerankTrace": None, "relevanceLevel": "high",
+                "completenessHint": "", "retrievedDomainsThisSession": [], "message": "",
+                "evidenceBlocks": [
+                    _block("a#chunk-1", "a", 1), _block("b#chunk-0", "b", 2), _block("a#chunk-0", "a", 3),
+                ],
+            }
+        )
+    )  # fmt: skip
+    assert document_ranking(result) == ["a", "b"]
+
+
+def _block(key: str, doc: str, rank: int) -> dict:
+    return {
+        "evidenceKey": key, "docId": doc, "chunkIndex": 0, "source": doc, "title": None,
+        "breadcrumb": None, "category": None, "content": "x", "score": 0.5,
+        "normalizedScore": 0.5, "rerankScore": 0.5, "rank": rank, "hitReasons": [],
+    }  # fmt: skip
+
+
+# --- runs on a real store ---------------------------------------------------------------------
+
+
+def test_batch_results_equal_single_lookups(tool: KnowledgeTool) -> None:
+    queries = [q[1] for q in QUERIES] + ["refund", "rotate the API keys", "disk usage of brokers"]
+    pinned = [q[3] for q in QUERIES] + [None, "security", None]
+    batched = lookup_many(tool, queries, pinned)
+    single = [tool.lookup(q, pinned_category=p) for q, p in zip(queries, pinned, strict=True)]
+    for b, s in zip(batched, single, strict=True):
+        assert b.evidence_status == s.evidence_status
+        assert [x.evidence_key for x in b.evidence_blocks] == [x.evidence_key for x in s.evidence_blocks]
+        assert [x.rerank_score for x in b.evidence_blocks] == pytest.approx(
+            [x.rerank_score for x in s.evidence_blocks], abs=1e-5
+        )
+        assert (b.retrieval_trace and b.retrieval_trace.fallback_reason) == (
+            s.retrieval_trace and s.retrieval_trace.fallback_reason
+        )
+
+
+def test_evaluate_writes_results_metrics_and_report(tool: KnowledgeTool, tmp_path: Path) -> None:
+    queries = load_eval_queries(write_queries(tmp_path / "q.parquet"))
+    run = evaluate(tool, queries, relevance(queries))
+    row = run.results.set_index("query_id")
+    assert row.loc["q-none", "evidence_status"] == "invalid_input"
+    assert row.loc["q-refund", "doc_ids"][0] == "refunds"
+    assert row.loc["q-keys", "category_filter"] == "payments"  # the pin overrides L0
+    assert row.loc["q-keys", "fallback_reason"] == "filtered_vector_low_quality"
+    assert json.loads(row.loc["q-kafka", "result_json"])["evidenceBlocks"][0]["docId"] == "kafka-runbook"
+    overall = run.metrics["overall"]
+    assert overall["queries"] == 4 and overall["judged_queries"] == 3
+    assert overall["ndcg@10"] == pytest.approx(1.0)
+    assert overall["fallback_rate_by_reason"] == {"filtered_vector_low_quality": 0.25}
+    assert set(run.metrics["per_category"]) == {"payments"}
+    written = write_eval_outputs(run, tmp_path / "out")
+    assert {p.name for p in written} >= {"results.parquet", "metrics.json", "report.md", "top_score_histogram.png"}
+    assert pd.read_parquet(tmp_path / "out" / "results.parquet").shape[0] == 4
+    assert "| ndcg@10 | 1.0000 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_comparison_reports_deltas_and_paired_p_values(tool: KnowledgeTool, store_path: Path, tmp_path: Path) -> None:
+    queries = load_eval_queries(write_queries(tmp_path / "q.parquet"))
+    base = {"store.path": str(store_path), "retrieval.reference_threshold": 0.5}
+    variants = [parse_compare("nofallback=--set retrieval.fallback=false")]
+    runs = run_variants(tool.config, base, None, variants, queries, relevance(queries), tool)
+    table = comparison_table(runs).set_index(["variant", "metric"])
+    assert table.loc[("nofallback", "fallback_rate"), "value"] == 0.0
+    assert table.loc[("nofallback", "ndcg@10"), "delta"] < 0  # the wrong pin now hurts
+    assert 0.0 <= table.loc[("nofallback", "ndcg@10"), "p_value"] <= 1.0
+    assert table.loc[(BASELINE, "ndcg@10"), "delta"] == 0.0
+
+
+def test_variant_cannot_change_the_shared_store(tool: KnowledgeTool, tmp_path: Path) -> None:
+    queries = load_eval_queries(write_queries(tmp_path / "q.parquet"))
+    with pytest.raises(ValueError, match="share store and embedder"):
+        run_variants(tool.config, {}, None, [Variant("x", {"store.path": "/elsewhere"})], queries, None, tool)
+
+
+def test_sweep_spec_expands_to_inclusive_values() -> None:
+    variants = parse_sweep("retrieval.reference_threshold=0.2:0.3:0.05")
+    assert [v.overrides["retrieval.reference_threshold"] for v in variants] == [0.2, 0.25, 0.3]
+
+
+def test_eval_cli_with_compare_and_sweep(store_path: Path, tmp_path: Path) -> None:
+    queries = write_queries(tmp_path / "q.parquet")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval", str(queries), "--out", str(out), "--set", f"store.path={store_path}",
+            "--compare", "dense=--set rerank.domain_match=0",
+            "--sweep", "retrieval.reference_threshold=0.3:0.6:0.3",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert (out / "comparison.md").read_text().count("| dense |") >= 1
+    assert (out / "sweep.png").stat().st_size > 0
+    assert json.loads((out / "metrics.json").read_text())["overall"]["queries"] == 4
+
+
+def test_eval_cli_rejects_a_bad_file_cleanly(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"query_id": ["a", "a"], "query": ["x", "y"]}), tmp_path / "q.parquet")
+    result = CliRunner().invoke(app, ["eval", str(tmp_path / "q.parquet")])
+    assert result.exit_code == 2
+    assert "duplicate query_id" in result.output

@@ -1,0 +1,302 @@
+"""Ingestion into the embedded Qdrant Edge store with the real model, and the ``ingest`` CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import SMALL_CORPUS, make_config, write_markdown
+from lookup_knowledge.adapters.corpus import read_corpus
+from lookup_knowledge.adapters.l0_index import L0Index
+from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
+from lookup_knowledge.adapters.search import SearchHit, SearchRequest
+from typer.testing import CliRunner
+
+from lookup_knowledge import sample_knowledge_base
+from lookup_knowledge.chunking import chunk_document
+from lookup_knowledge.cli import app
+from lookup_knowledge.config import Config
+from lookup_knowledge.ingest import IngestReport, ingest
+from lookup_knowledge.stores import l0_index_path, open_store
+
+SAMPLE_DOMAINS = {"customer-support", "data-platform", "infrastructure", "payments", "security"}
+
+
+@contextmanager
+def opened(config: Config, dimension: int = 384) -> Iterator[QdrantEdgeStore]:
+    """The configured (already ingested) store, closed afterwards so ingest can reopen it."""
+    store = open_store(config, dimension, create=False)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def stored_chunks(config: Config, embedder, doc_id: str) -> list[SearchHit]:
+    """Every stored chunk of one document, by chunk index."""
+    with opened(config) as store:
+        query = embedder.embed_query("anything").tolist()
+        hits = store.search(SearchRequest("all", query, top_k=1000))
+    return sorted((h for h in hits if h.doc_id == doc_id), key=lambda h: h.chunk_index)
+
+
+# --- the sample knowledge base, ingested once per module ----------------------------------------
+
+
+@dataclass
+class SampleIngest:
+    config: Config
+    first: IngestReport
+    second: IngestReport
+    expected_chunks: int
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory, embedder) -> SampleIngest:
+    config = make_config(tmp_path_factory.mktemp("sample-store"))
+    source = sample_knowledge_base()
+    expected = sum(
+        len(chunk_document(doc, config.ingest.chunk_chars)) for doc in read_corpus(source).documents
+    )
+    first = ingest(source, config, embedder=embedder)
+    second = ingest(source, config, embedder=embedder)
+    return SampleIngest(config, first, second, expected)
+
+
+def test_sample_kb_ingests_all_thirty_documents(sample: SampleIngest) -> None:
+    assert sample.first.documents == 30
+    assert sample.first.new == 30
+    assert sample.first.updated == sample.first.unchanged == sample.first.pruned == 0
+    assert sample.first.skipped == []
+
+
+def test_sample_kb_points_equal_chunks(sample: SampleIngest) -> None:
+    assert sample.first.chunks_written == sample.expected_chunks
+    assert sample.first.points_in_store == sample.expected_chunks
+    assert sample.expected_chunks > 30  # several documents are split into sections
+
+
+def test_reingest_of_unchanged_source_writes_nothing(sample: SampleIngest) -> None:
+    assert sample.second.documents == 30
+    assert sample.second.unchanged == 30
+    assert sample.second.new == sample.second.updated == 0
+    assert sample.second.chunks_written == 0
+    assert sample.second.points_in_store == sample.first.points_in_store
+
+
+def test_report_names_its_source(sample: SampleIngest) -> None:
+    assert sample.first.source == str(sample_knowledge_base())
+    assert sample.first.seconds > 0
+
+
+def test_store_holds_one_hash_per_document(sample: SampleIngest) -> None:
+    with opened(sample.config) as store:
+        hashes = store.document_hashes()
+        assert store.count() == sample.expected_chunks
+    assert len(hashes) == 30
+    assert "support-fapiao-requests-zh" in hashes
+    assert "infrastructure/kafka-operations-runbook.md" in hashes  # no frontmatter id
+
+
+def test_stored_chunks_carry_evidence_payload(sample: SampleIngest, embedder) -> None:
+    query = embedder.embed_query("kafka consumer lag alert").tolist()
+    with opened(sample.config) as store:
+        (hit,) = store.search(SearchRequest("kafka", query, top_k=1))
+    assert hit.doc_id == "infrastructure/kafka-operations-runbook.md"
+    assert hit.payload["evidence_key"] == f"{hit.doc_id}#chunk-{hit.chunk_index}"
+    assert hit.payload["title"] == "Kafka Operations Runbook"
+    assert hit.payload["breadcrumb"].startswith("Kafka Operations Runbook")
+    assert hit.payload["category"] == ["infrastructure"]
+    assert hit.payload["doc_type"] == "runbook"
+    assert "Kafka" in hit.payload["keywords"]
+
+
+def test_category_filter_works_on_ingested_data(sample: SampleIngest, embedder) -> None:
+    query = embedder.embed_query("who handles invoices").tolist()
+    with opened(sample.config) as store:
+        hits = store.search(SearchRequest("q", query, top_k=10, category="payments"))
+    assert hits
+    assert all(h.payload["category"] == ["payments"] for h in hits)
+
+
+def test_l0_index_is_written_next_to_the_store(sample: SampleIngest) -> None:
+    path = l0_index_path(sample.config)
+    assert path.is_file()
+    assert path.parent == sample.config.store.path
+    assert path.name == "knowledge.l0.json"
+
+
+def test_l0_index_reloads_with_the_documents_domains(sample: SampleIngest) -> None:
+    index = L0Index.load(l0_index_path(sample.config))
+    assert len(index) == 30
+    assert {d for doc in index.documents.values() for d in doc.domains} == SAMPLE_DOMAINS
+    hints = index.match("我要开增值税专用发票")
+    assert "support-fapiao-requests-zh" in hints.matched_doc_ids
+    assert hints.domains == ["customer-support"]
+
+
+# --- changes, pruning and bad files on a small corpus -------------------------------------------
+
+THREE_SECTIONS = (
+    "# Deploys\n\n## Build\n\n" + "Build the image. " * 40 + "\n\n"
+    "## Release\n\n" + "Roll out gradually. " * 40 + "\n\n"
+    "## Verify\n\n" + "Check the dashboards. " * 40 + "\n"
+)
+
+
+def test_changed_document_replaces_its_chunks(tmp_path: Path, embedder) -> None:
+    source, config = tmp_path / "kb", make_config(tmp_path / "store")
+    meta = {"id": "deploys", "title": "Deploys", "domain": "infrastructure"}
+    write_markdown(source, "deploys.md", meta, THREE_SECTIONS)
+    write_markdown(source, "other.md", {"id": "other", "title": "Other"}, "Unrelated text.")
+    first = ingest(source, config, embedder=embedder)
+    assert [h.chunk_index for h in stored_chunks(config, embedder, "deploys")] == [0, 1, 2]
+
+    write_markdown(source, "deploys.md", meta, "# Deploys\n\nShip it.\n")
+    second = ingest(source, config, embedder=embedder)
+
+    assert (second.updated, second.unchanged, second.new) == (1, 1, 0)
+    assert second.chunks_written == 1
+    assert second.points_in_store == first.points_in_store - 2
+    (chunk,) = stored_chunks(config, embedder, "deploys")
+    assert chunk.chunk_index == 0
+    assert "Ship it." in chunk.content
+
+
+def test_metadata_change_counts_as_update_and_refreshes_l0(
+    small_corpus: Path, tmp_path: Path, embedder
+) -> None:
+    config = make_config(tmp_path / "store")
+    ingest(small_corpus, config, embedder=embedder)
+    meta, body = SMALL_CORPUS["security/keys.md"]
+    write_markdown(small_corpus, "security/keys.md", {**meta, "keywords": ["vault"]}, body)
+    report = ingest(small_corpus, config, embedder=embedder)
+    assert report.updated == 1
+    assert L0Index.load(l0_index_path(config)).match("vault").matched_doc_ids == ["api-keys"]
+
+
+def test_changed_chunk_size_reingests_every_document(small_corpus: Path, tmp_path: Path, embedder) -> None:
+    store_path = tmp_path / "store"
+    ingest(small_corpus, make_config(store_path), embedder=embedder)
+    report = ingest(small_corpus, make_config(store_path, ingest__chunk_chars=200), embedder=embedder)
+    assert report.updated == 3
+    assert report.unchanged == 0
+
+
+def test_prune_removes_a_deleted_documents_points_and_l0_entry(
+    small_corpus: Path, tmp_path: Path, embedder
+) -> None:
+    config = make_config(tmp_path / "store")
+    first = ingest(small_corpus, config, embedder=embedder)
+    (small_corpus / "infrastructure" / "kafka.md").unlink()
+    report = ingest(small_corpus, config, prune=True, embedder=embedder)
+    assert report.pruned == 1
+    assert report.documents == 2
+    assert report.points_in_store == first.points_in_store - 1
+    with opened(config) as store:
+        assert "kafka-runbook" not in store.document_hashes()
+    index = L0Index.load(l0_index_path(config))
+    assert "kafka-runbook" not in index.documents
+    assert index.match("kafka").is_empty
+
+
+def test_without_prune_a_deleted_document_stays(small_corpus: Path, tmp_path: Path, embedder) -> None:
+    config = make_config(tmp_path / "store")
+    first = ingest(small_corpus, config, embedder=embedder)
+    (small_corpus / "infrastructure" / "kafka.md").unlink()
+    report = ingest(small_corpus, config, embedder=embedder)
+    assert report.pruned == 0
+    assert report.points_in_store == first.points_in_store
+    with opened(config) as store:
+        assert "kafka-runbook" in store.document_hashes()
+    assert "kafka-runbook" in L0Index.load(l0_index_path(config)).documents
+
+
+def test_bad_file_is_skipped_and_named_while_the_rest_ingest(
+    small_corpus: Path, tmp_config: Config, embedder
+) -> None:
+    (small_corpus / "broken.md").write_text("---\ntitle: [oops\n---\nbody\n", encoding="utf-8")
+    config = tmp_config
+    report = ingest(small_corpus, config, embedder=embedder)
+    assert report.documents == 3
+    assert report.new == 3
+    assert [s.path for s in report.skipped] == ["broken.md"]
+    assert "broken YAML frontmatter" in report.skipped[0].reason
+    with opened(config) as store:
+        assert sorted(store.document_hashes()) == ["api-keys", "kafka-runbook", "refunds"]
+
+
+def test_ingest_into_a_given_store_leaves_it_open(small_corpus: Path, tmp_path: Path, embedder) -> None:
+    config = make_config(tmp_path / "store")
+    store = QdrantEdgeStore(tmp_path / "own-store", embedder.dimension)
+    try:
+        report = ingest(small_corpus, config, embedder=embedder, store=store)
+        assert store.count() == report.points_in_store == report.chunks_written
+    finally:
+        store.close()
+
+
+# --- the CLI ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def test_cli_ingest_prints_summary_with_skipped_reason(
+    runner: CliRunner, small_corpus: Path, tmp_path: Path, embedder
+) -> None:
+    (small_corpus / "broken.md").write_text("---\ntitle: [oops\n---\nbody\n", encoding="utf-8")
+    store_path = tmp_path / "store"
+    result = runner.invoke(app, ["ingest", str(small_corpus), "--set", f"store.path={store_path}"])
+    assert result.exit_code == 0, result.output
+    assert "documents" in result.output
+    assert "chunks written" in result.output
+    assert "skipped broken.md: broken YAML frontmatter" in result.output
+    assert (store_path / "knowledge").is_dir()
+    assert l0_index_path(make_config(store_path)).is_file()
+
+
+def test_cli_missing_folder_exits_2_with_one_line_error(runner: CliRunner, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    result = runner.invoke(app, ["ingest", str(missing), "--set", f"store.path={tmp_path}"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1
+    assert lines[0].startswith("error:")
+    assert "source not found" in lines[0]
+
+
+def test_cli_invalid_override_exits_2_naming_the_key(runner: CliRunner, small_corpus: Path) -> None:
+    result = runner.invoke(app, ["ingest", str(small_corpus), "--set", "retrieval.return_n=0"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert "retrieval.return_n" in result.stderr
+
+
+def test_cli_locked_store_exits_2_with_clear_error(
+    runner: CliRunner, small_corpus: Path, tmp_path: Path, embedder
+) -> None:
+    config = make_config(tmp_path)
+    holder = open_store(config, embedder.dimension)
+    try:
+        result = runner.invoke(app, ["ingest", str(small_corpus), "--set", f"store.path={tmp_path}"])
+    finally:
+        holder.close()
+    assert result.exit_code == 2
+    assert "cannot open knowledge store" in result.stderr
+    assert "locked" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_cli_missing_config_file_exits_2(runner: CliRunner, small_corpus: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["ingest", str(small_corpus), "--config", str(tmp_path / "none.yaml")])
+    assert result.exit_code == 2
+    assert "config file not found" in result.stderr
+    assert "Traceback" not in result.output

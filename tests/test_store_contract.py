@@ -1,0 +1,388 @@
+"""One contract for every KnowledgeStore adapter: Qdrant Edge and qdrant-client (memory, local).
+
+The same data (real MiniLM vectors of short texts) must give the same results in every adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from lookup_knowledge.adapters import qdrant_client_store, qdrant_edge_store
+from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
+from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore, StoreUnavailableError
+from lookup_knowledge.adapters.search import (
+    DOC_HASH_FIELD,
+    EVIDENCE_KEY_FIELD,
+    KnowledgeSearchPort,
+    KnowledgeStore,
+    SearchRequest,
+    StoredChunk,
+    evidence_key,
+    point_id_for,
+)
+
+# (doc_id, chunk_index, categories, text)
+CHUNKS: list[tuple[str, int, list[str], str]] = [
+    ("refunds", 0, ["payments"], "Customers can request a refund within 30 days of purchase."),
+    ("refunds", 1, ["payments"], "Refunds go back to the original card in 5 to 10 business days."),
+    ("chargebacks", 0, ["payments", "risk"], "A chargeback is a card payment disputed at the bank."),
+    ("kafka", 0, ["infrastructure"], "Kafka consumer lag grows when brokers run out of disk."),
+    ("postgres", 0, ["infrastructure"], "Promote the PostgreSQL replica during a failover."),
+    ("api-keys", 0, ["security"], "Rotate every production API key at least every 90 days."),
+]
+DOC_IDS = sorted({doc_id for doc_id, *_ in CHUNKS})
+QUERIES = [
+    "how long do refunds take",
+    "kafka consumers are lagging",
+    "how often must we rotate api keys",
+    "database failover steps",
+]
+STORE_KINDS = ["edge", "client-memory", "client-local"]
+DIM = 384
+
+StoreFactory = Callable[[str], KnowledgeStore]
+
+
+def doc_hash(doc_id: str, version: int = 1) -> str:
+    return f"{doc_id}-v{version}"
+
+
+@pytest.fixture(scope="module")
+def vectors(embedder) -> dict[str, np.ndarray]:
+    """MiniLM vectors of every chunk text and every query, keyed by text."""
+    texts = [text for *_, text in CHUNKS] + QUERIES
+    return dict(zip(texts, embedder.embed_documents(texts), strict=True))
+
+
+def stored(
+    vectors: dict[str, np.ndarray],
+    doc_id: str,
+    chunk_index: int,
+    categories: list[str],
+    text: str,
+    version: int = 1,
+    vector: np.ndarray | None = None,
+) -> StoredChunk:
+    return StoredChunk(
+        vector=(vector if vector is not None else vectors[text]).tolist(),
+        payload={
+            EVIDENCE_KEY_FIELD: evidence_key(doc_id, chunk_index),
+            "doc_id": doc_id,
+            "chunk_index": chunk_index,
+            "content": text,
+            "category": categories,
+            DOC_HASH_FIELD: doc_hash(doc_id, version),
+        },
+    )
+
+
+def all_chunks(vectors: dict[str, np.ndarray]) -> list[StoredChunk]:
+    return [stored(vectors, *row) for row in CHUNKS]
+
+
+def request(vectors: dict[str, np.ndarray], query: str, top_k: int = 10, category=None):
+    return SearchRequest(query, vectors[query].tolist(), top_k=top_k, category=category)
+
+
+def open_kind(kind: str, root: Path, name: str = "c") -> KnowledgeStore:
+    if kind == "edge":
+        return QdrantEdgeStore(root / f"edge-{name}", DIM)
+    if kind == "client-memory":
+        return QdrantClientStore(name, DIM, location=":memory:")
+    return QdrantClientStore(name, DIM, location=root / f"local-{name}")
+
+
+@pytest.fixture
+def make_store(tmp_path: Path) -> Iterator[StoreFactory]:
+    """Opens stores of a given kind under tmp_path and closes them all afterwards."""
+    opened: list[KnowledgeStore] = []
+
+    def factory(kind: str) -> KnowledgeStore:
+        store = open_kind(kind, tmp_path, name=f"c{len(opened)}")
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store(request, make_store: StoreFactory) -> KnowledgeStore:
+    """A fresh, empty store of each kind (for tests that write)."""
+    return make_store(request.param)
+
+
+@pytest.fixture
+def filled(store: KnowledgeStore, vectors) -> KnowledgeStore:
+    """A fresh store of each kind holding CHUNKS (for tests that write)."""
+    store.upsert(all_chunks(vectors))
+    return store
+
+
+@pytest.fixture(scope="module", params=STORE_KINDS)
+def loaded(request, tmp_path_factory: pytest.TempPathFactory, vectors) -> Iterator[KnowledgeStore]:
+    """A store of each kind holding CHUNKS, shared by read-only tests (opening Edge is slow)."""
+    store = open_kind(request.param, tmp_path_factory.mktemp(request.param))
+    store.upsert(all_chunks(vectors))
+    yield store
+    store.close()
+
+
+def ranked(hits) -> list[str]:
+    return [evidence_key(h.doc_id, h.chunk_index) for h in hits]
+
+
+# --- the contract, per adapter ------------------------------------------------------------------
+
+
+def test_store_implements_the_ports(loaded: KnowledgeStore) -> None:
+    assert isinstance(loaded, KnowledgeStore)
+    assert isinstance(loaded, KnowledgeSearchPort)
+
+
+def test_new_store_is_empty(store: KnowledgeStore, vectors) -> None:
+    assert store.count() == 0
+    assert store.document_hashes() == {}
+    assert store.search(request(vectors, QUERIES[0])) == []
+
+
+def test_upsert_writes_one_point_per_chunk(loaded: KnowledgeStore) -> None:
+    assert loaded.count() == len(CHUNKS)
+
+
+def test_upsert_is_idempotent(filled: KnowledgeStore, vectors) -> None:
+    filled.upsert(all_chunks(vectors))
+    assert filled.count() == len(CHUNKS)
+
+
+def test_upsert_of_same_key_replaces_the_point(filled: KnowledgeStore, vectors) -> None:
+    kafka_vector = vectors["Kafka consumer lag grows when brokers run out of disk."]
+    replacement = stored(vectors, "refunds", 0, ["payments"], "replaced", 2, vector=kafka_vector)
+    filled.upsert([replacement])
+    assert filled.count() == len(CHUNKS)
+    top = filled.search(request(vectors, "kafka consumers are lagging", top_k=2))
+    assert "refunds#chunk-0" in ranked(top)
+    assert next(h for h in top if h.doc_id == "refunds").content == "replaced"
+
+
+def test_upsert_in_several_batches_writes_everything(
+    store: KnowledgeStore, vectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(qdrant_edge_store, "_UPSERT_BATCH", 2)
+    monkeypatch.setattr(qdrant_client_store, "_UPSERT_BATCH", 2)
+    store.upsert(all_chunks(vectors))
+    assert store.count() == len(CHUNKS)
+
+
+def test_search_ranks_the_relevant_chunk_first(loaded: KnowledgeStore, vectors) -> None:
+    expectations = {
+        "how long do refunds take": "refunds",
+        "kafka consumers are lagging": "kafka",
+        "how often must we rotate api keys": "api-keys",
+        "database failover steps": "postgres",
+    }
+    for query, doc_id in expectations.items():
+        assert loaded.search(request(vectors, query))[0].doc_id == doc_id, query
+
+
+def test_search_scores_are_descending(loaded: KnowledgeStore, vectors) -> None:
+    scores = [h.score for h in loaded.search(request(vectors, QUERIES[0]))]
+    assert len(scores) == len(CHUNKS)
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_search_honours_top_k(loaded: KnowledgeStore, vectors) -> None:
+    assert len(loaded.search(request(vectors, QUERIES[0], top_k=2))) == 2
+
+
+def test_hits_carry_identity_content_and_payload(loaded: KnowledgeStore, vectors) -> None:
+    hit = loaded.search(request(vectors, "kafka consumers are lagging", top_k=1))[0]
+    assert hit.doc_id == "kafka"
+    assert hit.chunk_index == 0
+    assert hit.content == "Kafka consumer lag grows when brokers run out of disk."
+    assert hit.point_id == point_id_for("kafka#chunk-0")
+    assert hit.payload["category"] == ["infrastructure"]
+    assert hit.payload[DOC_HASH_FIELD] == doc_hash("kafka")
+
+
+def test_normalized_scores_are_in_unit_interval(loaded: KnowledgeStore, vectors) -> None:
+    for query in QUERIES:
+        for hit in loaded.search(request(vectors, query)):
+            assert 0.0 <= hit.normalized_score <= 1.0
+            assert hit.normalized_score == pytest.approx(min(1.0, max(0.0, hit.score)))
+
+
+def test_identical_vector_scores_one(loaded: KnowledgeStore, vectors) -> None:
+    text = "Promote the PostgreSQL replica during a failover."
+    hit = loaded.search(SearchRequest(text, vectors[text].tolist(), top_k=1))[0]
+    assert hit.doc_id == "postgres"
+    assert hit.normalized_score == pytest.approx(1.0, abs=1e-4)
+
+
+def test_category_filter_keeps_only_that_category(loaded: KnowledgeStore, vectors) -> None:
+    hits = loaded.search(request(vectors, QUERIES[0], category="infrastructure"))
+    assert sorted(h.doc_id for h in hits) == ["kafka", "postgres"]
+
+
+def test_category_filter_matches_any_element_of_a_list(loaded: KnowledgeStore, vectors) -> None:
+    hits = loaded.search(request(vectors, QUERIES[0], category="risk"))
+    assert [h.doc_id for h in hits] == ["chargebacks"]
+
+
+def test_category_filter_with_unknown_category_finds_nothing(loaded: KnowledgeStore, vectors) -> None:
+    assert loaded.search(request(vectors, QUERIES[0], category="no-such-domain")) == []
+
+
+def test_filtered_order_is_the_unfiltered_order_restricted(loaded: KnowledgeStore, vectors) -> None:
+    unfiltered = loaded.search(request(vectors, QUERIES[0]))
+    filtered = loaded.search(request(vectors, QUERIES[0], category="payments"))
+    expected = [
+        evidence
+        for evidence, h in zip(ranked(unfiltered), unfiltered, strict=True)
+        if "payments" in h.payload["category"]
+    ]
+    assert ranked(filtered) == expected
+
+
+def test_search_batch_equals_individual_searches(loaded: KnowledgeStore, vectors) -> None:
+    requests = [
+        request(vectors, QUERIES[0], top_k=3),
+        request(vectors, QUERIES[1], top_k=5, category="infrastructure"),
+        request(vectors, QUERIES[2], top_k=1, category="no-such-domain"),
+        request(vectors, QUERIES[3]),
+    ]
+    batched = loaded.search_batch(requests)
+    assert len(batched) == len(requests)
+    for req, batch_hits in zip(requests, batched, strict=True):
+        single = loaded.search(req)
+        assert ranked(batch_hits) == ranked(single)
+        assert [h.score for h in batch_hits] == pytest.approx([h.score for h in single], abs=1e-5)
+
+
+def test_delete_documents_removes_all_their_chunks(filled: KnowledgeStore, vectors) -> None:
+    filled.delete_documents(["refunds", "api-keys"])
+    assert filled.count() == len(CHUNKS) - 3
+    assert sorted(filled.document_hashes()) == ["chargebacks", "kafka", "postgres"]
+    hits = filled.search(request(vectors, "how long do refunds take"))
+    assert "refunds" not in {h.doc_id for h in hits}
+
+
+def test_delete_documents_ignores_unknown_ids_and_empty_input(filled: KnowledgeStore) -> None:
+    filled.delete_documents([])
+    filled.delete_documents(["never-ingested"])
+    assert filled.count() == len(CHUNKS)
+
+
+def test_delete_stale_chunks_drops_only_old_versions(filled: KnowledgeStore, vectors) -> None:
+    # refunds v2 has only one chunk: chunk 0 is rewritten, the old chunk 1 is stale
+    filled.upsert([stored(vectors, "refunds", 0, ["payments"], CHUNKS[0][3], version=2)])
+    filled.delete_stale_chunks({"refunds": doc_hash("refunds", 2)})
+    assert filled.count() == len(CHUNKS) - 1
+    refunds = [h for h in filled.search(request(vectors, QUERIES[0])) if h.doc_id == "refunds"]
+    assert [h.chunk_index for h in refunds] == [0]
+    assert refunds[0].payload[DOC_HASH_FIELD] == doc_hash("refunds", 2)
+
+
+def test_delete_stale_chunks_keeps_current_documents(filled: KnowledgeStore) -> None:
+    filled.delete_stale_chunks({doc_id: doc_hash(doc_id) for doc_id in DOC_IDS})
+    assert filled.count() == len(CHUNKS)
+
+
+def test_document_hashes_maps_every_document(loaded: KnowledgeStore) -> None:
+    assert loaded.document_hashes() == {doc_id: doc_hash(doc_id) for doc_id in DOC_IDS}
+
+
+def test_document_hashes_pages_through_the_store(
+    loaded: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(qdrant_edge_store, "_SCROLL_PAGE", 2)
+    monkeypatch.setattr(qdrant_client_store, "_SCROLL_PAGE", 2)
+    assert loaded.document_hashes() == {doc_id: doc_hash(doc_id) for doc_id in DOC_IDS}
+
+
+# --- the adapters agree -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("category", [None, "payments", "infrastructure"])
+def test_all_adapters_give_identical_results(make_store: StoreFactory, vectors, category: str | None) -> None:
+    stores = {kind: make_store(kind) for kind in STORE_KINDS}
+    for store in stores.values():
+        store.upsert(all_chunks(vectors))
+    for query in QUERIES:
+        req = request(vectors, query, top_k=4, category=category)
+        results = {kind: store.search(req) for kind, store in stores.items()}
+        reference = results["edge"]
+        assert reference, query
+        for kind, hits in results.items():
+            assert ranked(hits) == ranked(reference), (kind, query)
+            assert [h.score for h in hits] == pytest.approx([h.score for h in reference], abs=1e-4), (
+                kind,
+                query,
+            )
+            assert [h.point_id for h in hits] == [h.point_id for h in reference], (kind, query)
+
+
+def test_all_adapters_agree_after_deletes(make_store: StoreFactory, vectors) -> None:
+    stores = [make_store(kind) for kind in STORE_KINDS]
+    for store in stores:
+        store.upsert(all_chunks(vectors))
+        store.delete_documents(["kafka"])
+        store.upsert([stored(vectors, "refunds", 0, ["payments"], CHUNKS[0][3], version=2)])
+        store.delete_stale_chunks({"refunds": doc_hash("refunds", 2)})
+    counts = {store.count() for store in stores}
+    hashes = [store.document_hashes() for store in stores]
+    assert counts == {len(CHUNKS) - 2}
+    assert all(h == hashes[0] for h in hashes)
+
+
+# --- persistence and opening --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["edge", "client-local"])
+def test_path_stores_persist_across_reopen(kind: str, tmp_path: Path, vectors) -> None:
+    store = open_kind(kind, tmp_path)
+    store.upsert(all_chunks(vectors))
+    store.close()
+    reopened = open_kind(kind, tmp_path)
+    try:
+        assert reopened.count() == len(CHUNKS)
+        assert reopened.search(request(vectors, QUERIES[1], top_k=1))[0].doc_id == "kafka"
+    finally:
+        reopened.close()
+
+
+def test_edge_store_opened_twice_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "edge"
+    first = QdrantEdgeStore(path, DIM)
+    try:
+        with pytest.raises(StoreUnavailableError) as excinfo:
+            QdrantEdgeStore(path, DIM)
+        message = str(excinfo.value)
+        assert "cannot open knowledge store" in message
+        assert "locked" in message
+        assert str(path) in message
+    finally:
+        first.close()
+
+
+def test_edge_store_reopens_after_close(tmp_path: Path) -> None:
+    QdrantEdgeStore(tmp_path / "edge", DIM).close()
+    store = QdrantEdgeStore(tmp_path / "edge", DIM)
+    assert store.count() == 0
+    store.close()
+
+
+def test_edge_store_without_create_refuses_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailableError, match="ingest first"):
+        QdrantEdgeStore(tmp_path / "missing", DIM, create=False)
+    assert not (tmp_path / "missing").exists()
+
+
+def test_edge_store_close_is_idempotent(tmp_path: Path) -> None:
+    store = QdrantEdgeStore(tmp_path / "edge", DIM)
+    store.close()
+    store.close()
