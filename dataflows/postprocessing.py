@@ -8,6 +8,7 @@ from lookup_knowledge.adapters.search import SearchHit, identity_key
 
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import EvidenceBlock
+from lookup_knowledge.frames import object_frame, records
 
 # L0 hint kind -> (the candidate payload field it is compared with, the rerank weight it earns)
 _HINT_KINDS = {
@@ -21,6 +22,7 @@ CANDIDATE_COLUMNS = [
     "categories", "doc_type", "content", "score", "normalized_score", "original_rank",
     "hit_reasons", "l0_matches",
 ]  # fmt: skip
+RERANK_COLUMNS = [*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"]
 
 
 def _hint_terms(l0_hints: L0Hints) -> dict[str, dict[str, str]]:
@@ -54,53 +56,48 @@ def candidates_df(final_hits: list[tuple[str, SearchHit]], l0_hints: L0Hints) ->
     for rank, (attempt, hit) in enumerate(final_hits, start=1):
         matches = _l0_matches(hit, hint_terms)
         payload = hit.payload
-        rows.append((
-            identity_key(hit, rank), hit.doc_id, hit.chunk_index, hit.point_id,
-            payload.get("source"), payload.get("title"), payload.get("breadcrumb"),
-            tuple(payload.get("category") or ()), payload.get("doc_type"),
-            hit.content, hit.score, hit.normalized_score, rank,
-            [f"vector:{attempt}"] + [f"l0_{kind}:{term}" for kind, term in matches], matches,
-        ))  # fmt: skip
-    return pd.DataFrame.from_records(rows, columns=CANDIDATE_COLUMNS)
+        rows.append({
+            "evidence_key": identity_key(hit, rank), "doc_id": hit.doc_id,
+            "chunk_index": hit.chunk_index, "point_id": hit.point_id,
+            "source": payload.get("source"), "title": payload.get("title"),
+            "breadcrumb": payload.get("breadcrumb"),
+            "categories": tuple(payload.get("category") or ()), "doc_type": payload.get("doc_type"),
+            "content": hit.content, "score": hit.score, "normalized_score": hit.normalized_score,
+            "original_rank": rank,
+            "hit_reasons": [f"vector:{attempt}"] + [f"l0_{kind}:{term}" for kind, term in matches],
+            "l0_matches": matches,
+        })  # fmt: skip
+    return object_frame(rows, CANDIDATE_COLUMNS)
 
 
 def deduped_df(
     candidates_df: pd.DataFrame, max_chunks_per_document: int | None, return_n: int
 ) -> pd.DataFrame:
     """Score-sorted candidates, one per evidence key (reasons merged), capped per document, cut."""
-    ordered = candidates_df.sort_values(
-        ["normalized_score", "original_rank"], ascending=[False, True], kind="stable"
-    )
-    merged: dict[str, list[str]] = {}
-    for key, reasons in zip(ordered["evidence_key"], ordered["hit_reasons"], strict=True):
-        bucket = merged.setdefault(key, [])
-        bucket.extend(reason for reason in reasons if reason not in bucket)
-    unique = ordered.drop_duplicates("evidence_key").assign(
-        hit_reasons=lambda df: [merged[key] for key in df["evidence_key"]]
-    )
-    if max_chunks_per_document is not None:
-        document = unique["doc_id"].fillna(unique["evidence_key"])
-        unique = unique[unique.groupby(document).cumcount() < max_chunks_per_document]
-    return unique.head(return_n)
+    ordered = sorted(records(candidates_df), key=lambda c: (-c["normalized_score"], c["original_rank"]))
+    unique: dict[str, dict] = {}
+    for candidate in ordered:
+        kept = unique.setdefault(candidate["evidence_key"], {**candidate, "hit_reasons": []})
+        kept["hit_reasons"] += [r for r in candidate["hit_reasons"] if r not in kept["hit_reasons"]]
+    per_document: dict[str, int] = {}
+    kept_blocks = []
+    for candidate in unique.values():
+        document = candidate["doc_id"] or candidate["evidence_key"]
+        per_document[document] = per_document.get(document, 0) + 1
+        if max_chunks_per_document is None or per_document[document] <= max_chunks_per_document:
+            kept_blocks.append(candidate)
+    return object_frame(kept_blocks[:return_n], CANDIDATE_COLUMNS)
 
 
 def reranked_df(deduped_df: pd.DataFrame, rerank_weights: RerankConfig) -> pd.DataFrame:
     """Rule-based rerank: weighted vector score plus recorded boosts; deterministic tie-breaks."""
-    boosts = [
-        _boosts(matches, doc_type, rerank_weights)
-        for matches, doc_type in zip(deduped_df["l0_matches"], deduped_df["doc_type"], strict=True)
-    ]
-    scored = deduped_df.assign(
-        boosts=boosts,
-        rerank_score=rerank_weights.vector * deduped_df["normalized_score"]
-        + [sum(c for _, c in b) for b in boosts],
-    )
-    ranked = scored.sort_values(
-        ["rerank_score", "normalized_score", "evidence_key"],
-        ascending=[False, False, True],
-        kind="stable",
-    )
-    return ranked.assign(rank=range(1, len(ranked) + 1)).reset_index(drop=True)
+    scored = []
+    for candidate in records(deduped_df):
+        boosts = _boosts(candidate["l0_matches"], candidate["doc_type"], rerank_weights)
+        score = rerank_weights.vector * candidate["normalized_score"] + sum(c for _, c in boosts)
+        scored.append({**candidate, "boosts": boosts, "rerank_score": score})
+    scored.sort(key=lambda c: (-c["rerank_score"], -c["normalized_score"], c["evidence_key"]))
+    return object_frame([{**c, "rank": rank} for rank, c in enumerate(scored, start=1)], RERANK_COLUMNS)
 
 
 def _boosts(
@@ -123,19 +120,19 @@ def evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
     """The final evidence blocks, in reranked order."""
     return [
         EvidenceBlock(
-            evidence_key=row.evidence_key,
-            doc_id=row.doc_id,
-            chunk_index=None if pd.isna(row.chunk_index) else int(row.chunk_index),
-            source=row.source,
-            title=row.title,
-            breadcrumb=row.breadcrumb,
-            category=", ".join(row.categories) or None,
-            content=row.content,
-            score=row.score,
-            normalized_score=row.normalized_score,
-            rerank_score=row.rerank_score,
-            rank=row.rank,
-            hit_reasons=row.hit_reasons,
+            evidence_key=row["evidence_key"],
+            doc_id=row["doc_id"],
+            chunk_index=row["chunk_index"],
+            source=row["source"],
+            title=row["title"],
+            breadcrumb=row["breadcrumb"],
+            category=", ".join(row["categories"]) or None,
+            content=row["content"],
+            score=row["score"],
+            normalized_score=row["normalized_score"],
+            rerank_score=row["rerank_score"],
+            rank=row["rank"],
+            hit_reasons=row["hit_reasons"],
         )
-        for row in reranked_df.itertuples(index=False)
+        for row in records(reranked_df)
     ]

@@ -19,6 +19,8 @@ from lookup_knowledge.contract import (
     RetrievalTrace,
 )
 
+from lookup_knowledge.frames import records
+
 from .retrieval import FallbackDecision, SearchAttempt
 
 HIGH_RELEVANCE = 0.6
@@ -96,22 +98,20 @@ def rerank_trace(reranked_df: pd.DataFrame, rerank_weights: RerankConfig) -> Rer
     """Per returned block: rank, key, source, base and final score, boosts with contributions."""
     entries = [
         RerankEntry(
-            rank=row.rank,
-            evidence_key=row.evidence_key,
-            source=row.source,
-            base_score=row.score,
-            normalized_score=row.normalized_score,
-            final_score=row.rerank_score,
-            boosts=[BoostContribution(reason=r, contribution=c) for r, c in row.boosts],
+            rank=row["rank"],
+            evidence_key=row["evidence_key"],
+            source=row["source"],
+            base_score=row["score"],
+            normalized_score=row["normalized_score"],
+            final_score=row["rerank_score"],
+            boosts=[BoostContribution(reason=r, contribution=c) for r, c in row["boosts"]],
         )
-        for row in reranked_df.itertuples(index=False)
+        for row in records(reranked_df)
     ]
     return RerankTrace(weights=rerank_weights.model_dump(), entries=entries)
 
 
-def relevance_level(
-    evidence_blocks: list[EvidenceBlock], reference_threshold: float
-) -> RelevanceLevel:
+def relevance_level(evidence_blocks: list[EvidenceBlock], reference_threshold: float) -> RelevanceLevel:
     """``high``/``medium``/``low`` by the best normalized score; ``none`` without evidence."""
     if not evidence_blocks:
         return "none"
