@@ -2,12 +2,14 @@
 
 from pathlib import Path
 
+from lookup_knowledge.agent import AgentLookup, tool_definition
 from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.contract import EvidenceBlock, LookupResult
 from lookup_knowledge.ingest import IngestReport, ingest
 from lookup_knowledge.tool import KnowledgeTool
 
 __all__ = [
+    "AgentLookup",
     "Config",
     "ConfigError",
     "EvidenceBlock",
@@ -17,6 +19,7 @@ __all__ = [
     "ingest",
     "load_config",
     "sample_knowledge_base",
+    "tool_definition",
 ]
 
 

@@ -9,16 +9,19 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.json import JSON
 from rich.table import Table
 
 from lookup_knowledge.adapters.corpus import CorpusError
 from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
+from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
+from lookup_knowledge.agent import AgentLookup, invocation_db_url, invocation_row
 from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.display import print_result
 from lookup_knowledge.eval_cli import register as register_eval_commands
 from lookup_knowledge.ingest import IngestReport, ingest
 from lookup_knowledge.render import render_execution, render_variants
-from lookup_knowledge.tool import KnowledgeTool, query_problem
+from lookup_knowledge.tool import failure_result, query_problem
 
 app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
 console = Console()
@@ -95,20 +98,26 @@ def query_command(
         Path | None, typer.Option("--explain", help="Render the executed DAG path to FILE.png/.svg.")
     ] = None,
     session: Annotated[str | None, typer.Option("--session", help="Session id.")] = None,
+    no_record: Annotated[
+        bool, typer.Option("--no-record", help="Do not write this call to the tool_invocation table.")
+    ] = False,
 ) -> None:
     """Look up knowledge for a query and print the evidence, the fallback decision and the context."""
     settings = _config(config, overrides)
     problem = query_problem(text, settings.retrieval.max_query_chars)
     if problem is not None:
+        if not no_record:
+            _record_rejection(settings, text, session, problem)
         _fail(f"invalid query: {problem}")
     try:
-        tool = KnowledgeTool.from_config(settings)
+        agent = AgentLookup.from_config(settings, record=not no_record)
     except StoreUnavailableError as exc:
         _fail(str(exc), code=1)
-    with tool:
-        result = tool.lookup(text, session_id=session)
+    with agent:
+        result = agent.call(text, session_id=session)
         if explain is not None:
-            written = render_execution(tool, result, tool.dataflow_inputs(text), explain)
+            inputs = agent.tool.dataflow_inputs(text)
+            written = render_execution(agent.tool, result, inputs, explain)
             errors.print(f"executed path rendered to {written}")
     if as_json:
         sys.stdout.write(json.dumps(result.model_dump(by_alias=True, mode="json"), ensure_ascii=False))
@@ -119,6 +128,18 @@ def query_command(
         raise typer.Exit(1)
 
 
+def _record_rejection(settings: Config, text: str, session: str | None, problem: str) -> None:
+    """A query refused before the store opens is still recorded, as ``invalid_input``."""
+    rejected = failure_result(text[:200], "invalid_input", f"Invalid query: {problem}.", [])
+    recorder = InvocationRecorder(invocation_db_url(settings))
+    try:
+        recorder.record(invocation_row(text, session, rejected, latency_ms=0.0))
+    except RecorderUnavailableError as exc:
+        errors.print(f"[yellow]not recorded:[/] {exc}", highlight=False, soft_wrap=True)
+    finally:
+        recorder.close()
+
+
 @app.command("render")
 def render_command(
     out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("visualizations"),
@@ -126,6 +147,121 @@ def render_command(
     """Render the lookup DAG and each config variant as SVG and PNG (offline, graphviz)."""
     for path in render_variants(out):
         console.print(f"wrote {path}")
+
+
+invocations_app = typer.Typer(
+    help="List recorded lookup_knowledge calls (the tool_invocation table); `invocations show ID` prints one."
+)
+app.add_typer(invocations_app, name="invocations")
+
+
+def _recorder(config: Path | None, overrides: list[str] | None) -> InvocationRecorder:
+    return InvocationRecorder(invocation_db_url(_config(config, overrides)))
+
+
+@invocations_app.callback(invoke_without_command=True)
+def invocations_command(
+    ctx: typer.Context,
+    session: Annotated[str | None, typer.Option("--session", help="Only this session's calls.")] = None,
+    last: Annotated[int, typer.Option("--last", min=1, help="How many of the newest calls.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+) -> None:
+    """List recorded lookup_knowledge calls, oldest first; `invocations show ID` prints one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    recorder = _recorder(config, overrides)
+    try:
+        rows = recorder.list(session_id=session, last=last)
+    except RecorderUnavailableError as exc:
+        _fail(str(exc), code=1)
+    finally:
+        recorder.close()
+    if as_json:
+        _print_json([row.to_json() for row in rows])
+        return
+    table = Table(title=f"lookup_knowledge calls ({recorder.url})")
+    table.add_column("id", no_wrap=True)
+    table.add_column("time (UTC)")
+    table.add_column("session", overflow="fold")
+    table.add_column("status", overflow="fold")
+    table.add_column("blocks", justify="right")
+    table.add_column("layer / retry")
+    table.add_column("ms", justify="right")
+    table.add_column("query", overflow="fold", ratio=1)
+    for row in rows:
+        retry = row.fallback_reason.removeprefix("filtered_vector_") if row.fallback_reason else ""
+        table.add_row(
+            str(row.id),
+            f"{row.created_at:%m-%d %H:%M:%S}" if row.created_at else "",
+            row.session_id or "",
+            row.status,
+            str(row.evidence_count),
+            "\n".join(filter(None, [row.retrieval_layer, retry])),
+            f"{row.latency_ms:.0f}",
+            row.input if len(row.input) <= 80 else row.input[:79] + "…",
+        )
+    console.print(table)
+
+
+@invocations_app.command("show")
+def invocation_show_command(
+    invocation_id: Annotated[int, typer.Argument(metavar="ID", help="The call's id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the row as JSON.")] = False,
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+) -> None:
+    """Print one recorded call with its retrieval details."""
+    recorder = _recorder(config, overrides)
+    try:
+        row = recorder.get(invocation_id)
+    except RecorderUnavailableError as exc:
+        _fail(str(exc), code=1)
+    finally:
+        recorder.close()
+    if row is None:
+        _fail(f"no recorded call with id {invocation_id} in {recorder.url}", code=1)
+    if as_json:
+        _print_json(row.to_json())
+    else:
+        _print_invocation(row)
+
+
+def _print_invocation(row: Invocation) -> None:
+    table = Table(title=f"lookup_knowledge call {row.id}", show_header=False)
+    for label, value in [
+        ("created at", row.created_at.isoformat() if row.created_at else ""),
+        ("session", row.session_id or ""),
+        ("tool", row.tool_name),
+        ("input", row.input),
+        ("status", row.status),
+        ("evidence blocks", row.evidence_count),
+        ("retrieval layer", row.retrieval_layer or ""),
+        ("fallback reason", row.fallback_reason or "none"),
+        ("latency ms", f"{row.latency_ms:.1f}"),
+    ]:
+        table.add_row(label, str(value))
+    console.print(table)
+    console.print("retrieval_details:")
+    console.print(JSON.from_data(row.retrieval_details, ensure_ascii=False))
+
+
+def _print_json(data: object) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False))
+    sys.stdout.write("\n")
+
+
+@app.command("mcp")
+def mcp_command(config: ConfigOption = None, overrides: SetOption = None) -> None:
+    """Serve the lookup_knowledge tool over MCP (stdio); each client connection is one session."""
+    from lookup_knowledge.mcp_server import serve_stdio  # the MCP SDK loads only for this command
+
+    settings = _config(config, overrides)
+    try:
+        serve_stdio(settings)
+    except StoreUnavailableError as exc:
+        _fail(str(exc), code=1)
 
 
 def main() -> None:

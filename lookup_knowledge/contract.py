@@ -55,9 +55,7 @@ class PackedItem(ContractModel):
 class ContextPackSummary(ContractModel):
     included_sources: list[str]
     omitted_sources: list[str]
-    duplicate_keys: dict[str, str] = Field(
-        description="evidence key -> key whose identical text was packed"
-    )
+    duplicate_keys: dict[str, str] = Field(description="evidence key -> key whose identical text was packed")
     chars_used: int
     budget_chars: int
 
@@ -85,6 +83,14 @@ class NodeTiming(ContractModel):
     ms: float
 
 
+class InvocationRecordStatus(ContractModel):
+    """Whether an agent entry point wrote this call's ``tool_invocation`` row (SPEC section 8)."""
+
+    written: bool
+    id: int | None = None
+    error: str | None = None
+
+
 class RetrievalTrace(ContractModel):
     l0_hints: L0Hints
     category_filter: str | None
@@ -97,6 +103,9 @@ class RetrievalTrace(ContractModel):
     max_chunks_per_document: int | None
     retrieval_layer: Literal["L0+L1", "L1", "L0", "none"]
     executed_nodes: list[NodeTiming] = Field(default_factory=list)
+    invocation_record: InvocationRecordStatus | None = Field(
+        None, description="set by the agent entry points; None for a direct KnowledgeTool.lookup"
+    )
 
 
 class BoostContribution(ContractModel):

@@ -10,6 +10,7 @@ import lookup_knowledge
 
 def test_exported_names_are_pinned() -> None:
     assert lookup_knowledge.__all__ == [
+        "AgentLookup",
         "Config",
         "ConfigError",
         "EvidenceBlock",
@@ -19,6 +20,7 @@ def test_exported_names_are_pinned() -> None:
         "ingest",
         "load_config",
         "sample_knowledge_base",
+        "tool_definition",
     ]
 
 

@@ -1,0 +1,268 @@
+"""The invocation recorder: one ``tool_invocation`` row per agent-facing ``lookup_knowledge`` call.
+
+SQLAlchemy Core over SQLite (the default: a file under the store path) or PostgreSQL (by URL).
+The schema is created on first use and versioned in a ``schema_version`` table, so a later
+release can migrate an existing database instead of failing on it.
+
+>>> recorder = InvocationRecorder("sqlite:////tmp/kb/invocations.sqlite")  # doctest: +SKIP
+>>> row_id = recorder.record(Invocation("s1", "lookup_knowledge", "refunds?", "evidence", 2,  # doctest: +SKIP
+...     "L0+L1", None, 12.5, {"evidenceDomains": ["payments"]}))
+>>> recorder.session_domains("s1")  # doctest: +SKIP
+['payments']
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    Row,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+
+SCHEMA_VERSION = 1
+SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent writers wait for the lock instead of failing
+POSTGRES_CONNECT_TIMEOUT_S = 5  # an unreachable server must not stall an agent's lookup for long
+
+metadata = MetaData()
+
+tool_invocation = Table(
+    "tool_invocation",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("session_id", Text),
+    Column("tool_name", String(64), nullable=False),
+    Column("input", Text, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("evidence_count", Integer, nullable=False),
+    Column("retrieval_layer", String(16)),
+    Column("fallback_reason", String(64)),
+    Column("latency_ms", Float, nullable=False),
+    Column("retrieval_details", JSON().with_variant(JSONB(), "postgresql"), nullable=False),
+    Index("ix_tool_invocation_session", "session_id", "id"),
+)
+
+schema_version_table = Table(
+    "schema_version",
+    metadata,
+    Column("version", Integer, primary_key=True),
+    Column("applied_at", DateTime(timezone=True), nullable=False),
+)
+
+# version -> the step that upgrades a database from ``version - 1``; version 1 is the initial schema.
+_MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+
+
+class RecorderUnavailableError(RuntimeError):
+    """The invocation database cannot be reached, created or written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One recorded ``lookup_knowledge`` call: a ``tool_invocation`` row."""
+
+    session_id: str | None
+    tool_name: str
+    input: str
+    status: str
+    evidence_count: int
+    retrieval_layer: str | None
+    fallback_reason: str | None
+    latency_ms: float
+    retrieval_details: dict[str, Any]
+    id: int | None = None
+    created_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as JSON-ready values (``created_at`` in ISO 8601)."""
+        values = asdict(self)
+        values["created_at"] = self.created_at.isoformat() if self.created_at else None
+        return {"id": values.pop("id"), "created_at": values.pop("created_at"), **values}
+
+
+class InvocationRecorder:
+    """Writes and reads ``tool_invocation`` rows in the database at ``url`` (an SQLAlchemy URL).
+
+    Nothing is opened until the first call; the schema is created then. SQLite runs in WAL mode
+    with a busy timeout so several threads (and processes) can record at once. Every failure of
+    the database surfaces as :class:`RecorderUnavailableError`. Safe to share between threads.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._raw_url = url  # parsed on first use, so a bad URL fails recording, never construction
+        self._engine: Engine | None = None
+        self._schema_ready = False
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """The database URL, password hidden."""
+        try:
+            return make_url(self._raw_url).render_as_string(hide_password=True)
+        except ArgumentError:
+            return repr(self._raw_url)
+
+    def record(self, invocation: Invocation) -> int:
+        """Insert one row; returns its id."""
+        values = {key: _storable(value) for key, value in asdict(invocation).items() if key != "id"}
+        values["created_at"] = invocation.created_at or datetime.now(UTC)
+        with self._connect(write=True) as connection:
+            row_id = connection.execute(insert(tool_invocation).values(**values)).inserted_primary_key[0]
+        return int(row_id)
+
+    def session_domains(self, session_id: str) -> list[str]:
+        """Distinct evidence domains recorded for ``session_id`` so far, first seen first."""
+        domains = tool_invocation.c.retrieval_details["evidenceDomains"]
+        query = (
+            select(domains).where(tool_invocation.c.session_id == session_id).order_by(tool_invocation.c.id)
+        )
+        with self._connect() as connection:
+            rows = connection.execute(query).scalars().all()
+        return list(dict.fromkeys(domain for row in rows for domain in row or []))
+
+    def list(self, session_id: str | None = None, last: int = 20) -> list[Invocation]:
+        """The newest ``last`` rows (of one session, when given), oldest first."""
+        query = select(tool_invocation).order_by(tool_invocation.c.id.desc()).limit(last)
+        if session_id is not None:
+            query = query.where(tool_invocation.c.session_id == session_id)
+        with self._connect() as connection:
+            rows = connection.execute(query).all()
+        return [_invocation(row) for row in reversed(rows)]
+
+    def get(self, invocation_id: int) -> Invocation | None:
+        """One row by id, or ``None``."""
+        query = select(tool_invocation).where(tool_invocation.c.id == invocation_id)
+        with self._connect() as connection:
+            row = connection.execute(query).first()
+        return None if row is None else _invocation(row)
+
+    def schema_version(self) -> int:
+        """The schema version of the database (creating the schema if needed)."""
+        with self._connect() as connection:
+            return int(connection.execute(select(func.max(schema_version_table.c.version))).scalar_one())
+
+    def close(self) -> None:
+        """Release the pooled connections; a later call reconnects."""
+        with self._lock:
+            if self._engine is not None:
+                self._engine.dispose()
+            self._engine = None
+            self._schema_ready = False
+
+    @contextmanager
+    def _connect(self, *, write: bool = False) -> Iterator[Connection]:
+        """A connection (a committed transaction when ``write``), database errors translated."""
+        try:
+            engine = self._ready_engine()
+            with engine.begin() if write else engine.connect() as connection:
+                yield connection
+        except (SQLAlchemyError, OSError, ImportError) as exc:  # ImportError: no driver for the URL
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RecorderUnavailableError(f"invocation database {self.url} failed: {reason}") from exc
+
+    def _ready_engine(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                self._engine = _create_engine(make_url(self._raw_url))
+            if not self._schema_ready:
+                _ensure_schema(self._engine)
+                self._schema_ready = True
+            return self._engine
+
+
+def _create_engine(url: URL) -> Engine:
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if url.database and url.database != ":memory:":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+        event.listen(engine, "connect", _sqlite_wal)
+        return engine
+    connect_args = {}
+    if backend == "postgresql" and "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
+    return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+
+
+def _sqlite_wal(dbapi_connection: Any, _: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _ensure_schema(engine: Engine) -> None:
+    """Create the tables (once, idempotently) and bring the schema to :data:`SCHEMA_VERSION`."""
+    try:
+        _create_or_migrate(engine)
+    except SQLAlchemyError as exc:
+        if not (isinstance(exc, IntegrityError) or "already exists" in str(exc)):
+            raise
+        # Another process created the schema between our check and our CREATE: look again.
+        _create_or_migrate(engine)
+
+
+def _create_or_migrate(engine: Engine) -> None:
+    with engine.begin() as connection:
+        metadata.create_all(connection)
+        current = connection.execute(select(func.max(schema_version_table.c.version))).scalar()
+        if current is None:
+            _mark_version(connection, SCHEMA_VERSION)
+            return
+        if current > SCHEMA_VERSION:
+            raise RecorderUnavailableError(
+                f"the invocation database has schema version {current}; this lookup-knowledge "
+                f"reads up to version {SCHEMA_VERSION}: upgrade lookup-knowledge"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            _MIGRATIONS[version](connection)
+            _mark_version(connection, version)
+
+
+def _mark_version(connection: Connection, version: int) -> None:
+    connection.execute(insert(schema_version_table).values(version=version, applied_at=datetime.now(UTC)))
+
+
+def _storable(value: Any) -> Any:
+    """``value`` as every backend stores it: NUL (refused by PostgreSQL) and lone surrogates
+    (not encodable as UTF-8) escaped, recursively through JSON lists and objects."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    if isinstance(value, dict):
+        return {_storable(key): _storable(item) for key, item in value.items()}
+    return value
+
+
+def _invocation(row: Row[Any]) -> Invocation:
+    values = row._asdict()
+    created_at: datetime = values["created_at"]
+    if created_at.tzinfo is None:  # SQLite keeps no offset; rows are written in UTC
+        values["created_at"] = created_at.replace(tzinfo=UTC)
+    return Invocation(**values)

@@ -1,0 +1,246 @@
+"""The agent-facing ``lookup_knowledge`` tool: its definition, and recorded calls.
+
+One place defines what an agent sees: :data:`TOOL_NAME`, :data:`TOOL_DESCRIPTION` and the
+JSON schema of its single ``query`` argument, exported for LLM tool-calling APIs
+(:func:`tool_definition`, :func:`openai_tool`, :func:`anthropic_tool`). :class:`AgentLookup`
+runs the calls that the agent entry points make (the Python callable, the MCP tool and
+``lookup-knowledge query``): each one is timed and written to the ``tool_invocation`` table.
+
+>>> with AgentLookup.from_config(load_config()) as agent:  # doctest: +SKIP
+...     lookup_knowledge = agent.lookup_function(session_id="agent-1")
+...     lookup_knowledge("Who must approve a refund above 500 EUR?")["evidenceStatus"]
+'evidence'
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
+from lookup_knowledge.config import Config
+from lookup_knowledge.contract import InvocationRecordStatus, LookupResult
+from lookup_knowledge.dataflows.result import evidence_domains
+from lookup_knowledge.tool import KnowledgeTool
+
+logger = logging.getLogger(__name__)
+
+TOOL_NAME = "lookup_knowledge"
+
+TOOL_DESCRIPTION = """\
+Search the knowledge base (runbooks, product docs, policies) for evidence that answers a question. \
+Call it whenever an answer depends on internal knowledge; it returns JSON.
+- evidenceStatus "evidence" (found=true): answer from `evidenceBlocks` (or the ready-to-read \
+`contextPack.text`) and cite every fact with the `evidenceKey` of its block, e.g. \
+[payments-refund-policy#chunk-2]. `relevanceLevel` says how well the evidence matches and \
+`completenessHint` whether more matched than was returned.
+- "no_evidence": the knowledge base has nothing on this. Say so; do not answer from memory as \
+if it were documented. You may retry once with different wording.
+- "retrieval_failed": the knowledge service had an outage. This says nothing about whether the \
+knowledge exists: tell the user lookup is unavailable, do not conclude it is undocumented.
+- "invalid_input": the query was rejected (`message` says why); fix it and call again.
+`retrievalTrace.l0Hints` (matched titles, keywords, domains, entities) are routing hints derived \
+from document metadata, never facts: do not cite or state them as evidence."""
+
+QUERY_DESCRIPTION = (
+    "The question or search terms, in natural language and in any language; one topic per call."
+)
+
+INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": QUERY_DESCRIPTION}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+
+def tool_definition() -> dict[str, Any]:
+    """The tool as a plain JSON-schema function definition: ``name``, ``description``, ``parameters``."""
+    return {"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "parameters": copy.deepcopy(INPUT_SCHEMA)}
+
+
+def openai_tool() -> dict[str, Any]:
+    """The OpenAI Chat Completions ``tools=[...]`` shape: ``{"type": "function", "function": ...}``."""
+    return {"type": "function", "function": tool_definition()}
+
+
+def anthropic_tool() -> dict[str, Any]:
+    """The Anthropic Messages API shape: ``{"name", "description", "input_schema"}``."""
+    return {"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "input_schema": copy.deepcopy(INPUT_SCHEMA)}
+
+
+def invocation_db_url(config: Config) -> str:
+    """``recorder.url``, else an SQLite file ``invocations.sqlite`` under ``store.path``."""
+    if config.recorder.url:
+        return config.recorder.url
+    return f"sqlite:///{(config.store.path / 'invocations.sqlite').absolute()}"
+
+
+def new_session_id(prefix: str = "session") -> str:
+    """A fresh, unique session id."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+class AgentLookup:
+    """Recorded ``lookup_knowledge`` calls over one :class:`KnowledgeTool`: what agents call.
+
+    Each :meth:`call` reads the session's earlier evidence domains from the record, runs the
+    lookup, times it, writes one ``tool_invocation`` row and reports in the result whether the
+    row was written (``retrievalTrace.invocationRecord``; a result without a trace, e.g.
+    ``invalid_input``, gets a note in its ``message`` when the row could not be written).
+    Recording never fails a lookup: with the database unavailable the failure is logged and
+    session domains come from the tool's in-memory session memory. With ``recorder=None``
+    nothing is recorded. Never raises; safe to call from several threads.
+
+    >>> recorder = InvocationRecorder(invocation_db_url(config))  # doctest: +SKIP
+    >>> agent = AgentLookup(KnowledgeTool(config), recorder)  # doctest: +SKIP
+    >>> agent.call("kafka consumer lag", session_id="s1").retrieval_trace.invocation_record  # doctest: +SKIP
+    InvocationRecordStatus(written=True, id=1, error=None)
+    """
+
+    def __init__(self, tool: KnowledgeTool, recorder: InvocationRecorder | None) -> None:
+        self.tool = tool
+        self.recorder = recorder
+
+    @classmethod
+    def from_config(cls, config: Config, *, record: bool = True) -> AgentLookup:
+        """The configured tool, recording to :func:`invocation_db_url` when ``record``."""
+        recorder = InvocationRecorder(invocation_db_url(config)) if record else None
+        return cls(KnowledgeTool.from_config(config), recorder)
+
+    def call(self, query: Any, session_id: str | None = None) -> LookupResult:
+        """Look up ``query`` in ``session_id`` (``None``: a session of its own) and record the call."""
+        prior_domains = self._recorded_session_domains(session_id)
+        started = time.perf_counter()
+        result = self.tool.lookup(query, session_id, prior_session_domains=prior_domains)
+        latency_ms = (time.perf_counter() - started) * 1000
+        if self.recorder is None:
+            return result
+        try:
+            row_id = self.recorder.record(invocation_row(query, session_id, result, latency_ms))
+            status = InvocationRecordStatus(written=True, id=row_id)
+        except Exception as exc:  # recording must never fail the lookup it records
+            unexpected = not isinstance(exc, RecorderUnavailableError)
+            logger.warning("lookup_knowledge call not recorded: %s", exc, exc_info=unexpected)
+            status = InvocationRecordStatus(written=False, error=str(exc) or type(exc).__name__)
+        return with_record_status(result, status)
+
+    def lookup_function(self, session_id: str | None = None) -> Callable[[str], dict[str, Any]]:
+        """A plain ``lookup_knowledge(query: str) -> dict`` (the contract JSON) bound to one session.
+
+        Without ``session_id`` the function gets a fresh session of its own. For agent
+        frameworks that take Python functions as tools: its name, docstring and annotations
+        describe the tool.
+        """
+        session = session_id or new_session_id()
+
+        def lookup_knowledge(query: str) -> dict[str, Any]:
+            return self.call(query, session).model_dump(by_alias=True, mode="json")
+
+        lookup_knowledge.__qualname__ = TOOL_NAME
+        lookup_knowledge.__doc__ = f"{TOOL_DESCRIPTION}\n\nArgs:\n    query: {QUERY_DESCRIPTION}\n"
+        return lookup_knowledge
+
+    def _recorded_session_domains(self, session_id: str | None) -> list[str] | None:
+        """The session's domains from the record; ``None`` (use the tool's memory) without one."""
+        if session_id is None:
+            return []
+        if self.recorder is None:
+            return None
+        try:
+            return self.recorder.session_domains(session_id)
+        except Exception as exc:  # an unreadable record must not fail the lookup either
+            unexpected = not isinstance(exc, RecorderUnavailableError)
+            logger.warning("session domains from memory, no record: %s", exc, exc_info=unexpected)
+            return None
+
+    def close(self) -> None:
+        """Release the tool's store and the recorder's database connections."""
+        self.tool.close()
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def __enter__(self) -> AgentLookup:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def invocation_row(query: Any, session_id: str | None, result: LookupResult, latency_ms: float) -> Invocation:
+    """The ``tool_invocation`` row of one call."""
+    trace = result.retrieval_trace
+    # A rejected query is recorded as echoed (short, encodable); an accepted one as given.
+    text = query if isinstance(query, str) and result.evidence_status != "invalid_input" else result.query
+    return Invocation(
+        session_id=session_id,
+        tool_name=TOOL_NAME,
+        input=text,
+        status=result.evidence_status,
+        evidence_count=len(result.evidence_blocks),
+        retrieval_layer=trace.retrieval_layer if trace else None,
+        fallback_reason=trace.fallback_reason if trace else None,
+        latency_ms=round(latency_ms, 3),
+        retrieval_details=retrieval_details(result),
+    )
+
+
+def retrieval_details(result: LookupResult) -> dict[str, Any]:
+    """The ``retrieval_details`` JSON: hints, filter, attempts, evidence, pack and rerank summaries."""
+    trace = result.retrieval_trace
+
+    def dump(model: Any, **kwargs: Any) -> Any:
+        return None if model is None else model.model_dump(by_alias=True, mode="json", **kwargs)
+
+    thresholds = {
+        "reference_threshold",
+        "min_evidence_score",
+        "retrieve_k",
+        "return_n",
+        "max_chunks_per_document",
+    }
+    evidence_fields = {
+        "evidence_key",
+        "doc_id",
+        "source",
+        "title",
+        "category",
+        "score",
+        "normalized_score",
+        "rerank_score",
+        "rank",
+        "hit_reasons",
+    }
+    return {
+        "l0Hints": dump(trace.l0_hints) if trace else None,
+        "categoryFilter": trace.category_filter if trace else None,
+        "attempts": [dump(attempt) for attempt in trace.attempts] if trace else [],
+        "fallbackReason": trace.fallback_reason if trace else None,
+        "retrievalLayer": trace.retrieval_layer if trace else None,
+        "settings": dump(trace, include=thresholds) if trace else None,
+        "evidence": [dump(block, include=evidence_fields) for block in result.evidence_blocks],
+        "evidenceDomains": evidence_domains(result.evidence_blocks),
+        "contextPack": dump(result.context_pack.summary) if result.context_pack else None,
+        "rerank": dump(result.rerank_trace),
+        "relevanceLevel": result.relevance_level,
+        "completenessHint": result.completeness_hint,
+        "retrievedDomainsThisSession": result.retrieved_domains_this_session,
+        "message": result.message,
+        "executedNodes": [dump(node) for node in trace.executed_nodes] if trace else [],
+    }
+
+
+def with_record_status(result: LookupResult, status: InvocationRecordStatus) -> LookupResult:
+    """``result`` saying whether its invocation row was written."""
+    trace = result.retrieval_trace
+    if trace is not None:
+        trace = trace.model_copy(update={"invocation_record": status})
+        return result.model_copy(update={"retrieval_trace": trace})
+    if status.written:
+        return result
+    note = f" (This call was not recorded: {status.error})"
+    return result.model_copy(update={"message": result.message + note})

@@ -1,0 +1,59 @@
+"""The ``lookup_knowledge`` tool over the Model Context Protocol (the official ``mcp`` SDK).
+
+``lookup-knowledge mcp`` serves it over stdio. The tool returns the contract JSON both as
+structured content and as text; a rejected query (``invalid_input``) comes back as a tool error
+result (``isError``) carrying the same JSON, so the agent reads why. Every call is recorded.
+
+A stdio server process serves exactly one client connection, so the process is that
+connection's session: ``retrievedDomainsThisSession`` accumulates over its calls, and the next
+connection (a new process) starts empty.
+
+>>> with AgentLookup.from_config(load_config()) as agent:  # doctest: +SKIP
+...     build_server(agent).run("stdio")
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import version
+from typing import Annotated
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent
+from pydantic import Field
+
+from lookup_knowledge.agent import QUERY_DESCRIPTION, TOOL_DESCRIPTION, TOOL_NAME, AgentLookup, new_session_id
+from lookup_knowledge.config import Config
+from lookup_knowledge.contract import LookupResult
+
+SERVER_NAME = "lookup-knowledge"
+INSTRUCTIONS = (
+    "Evidence-first knowledge retrieval. Call lookup_knowledge(query) when an answer depends on "
+    "the knowledge base, and cite the evidenceKey of every block you use."
+)
+
+
+def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer:
+    """An MCP server exposing ``lookup_knowledge(query)``; its calls share ``session_id`` (default: fresh)."""
+    session = session_id or new_session_id("mcp")
+    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=version("lookup-knowledge"))
+
+    @server.tool(name=TOOL_NAME, description=TOOL_DESCRIPTION)
+    def lookup_knowledge(
+        query: Annotated[str, Field(description=QUERY_DESCRIPTION)],
+    ) -> Annotated[CallToolResult, LookupResult]:
+        result = agent.call(query, session)
+        payload = result.model_dump(by_alias=True, mode="json")
+        return CallToolResult(
+            content=[TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
+            structured_content=payload,
+            is_error=result.evidence_status == "invalid_input",
+        )
+
+    return server
+
+
+def serve_stdio(config: Config) -> None:
+    """Serve the configured tool over stdio until the client disconnects."""
+    with AgentLookup.from_config(config) as agent:
+        build_server(agent).run("stdio")

@@ -1,0 +1,313 @@
+"""The agent-facing tool: its JSON-schema definition, the Python callable and recorded calls."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import pytest
+from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
+from typer.testing import CliRunner
+
+import lookup_knowledge
+from lookup_knowledge import AgentLookup, KnowledgeTool, ingest, load_config, tool_definition
+from lookup_knowledge.agent import (
+    INPUT_SCHEMA,
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    anthropic_tool,
+    invocation_db_url,
+    openai_tool,
+)
+from lookup_knowledge.cli import app
+from lookup_knowledge.config import Config
+
+REFUND_QUERY = "Who must approve a refund above 500 EUR?"
+KAFKA_QUERY = "kafka consumer lag"
+FALLBACK_QUERY = "chargeback pizza recipe with mozzarella"  # one L0 domain, weak filtered hits
+
+_SAMPLE_STORE = pytest.StashKey[Path]()
+
+
+def sample_store_copy(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    embedder: SentenceTransformerEmbedder,
+) -> Path:
+    """A private copy of the ingested sample knowledge base, ingested once per test session.
+
+    Shared with the other agent-facing test modules: ingesting the sample KB takes ~30-40 s here.
+    """
+    stash = request.config.stash
+    if _SAMPLE_STORE not in stash:
+        master = tmp_path_factory.mktemp("sample-store")
+        config = load_config(overrides={"store.path": str(master)})
+        ingest(lookup_knowledge.sample_knowledge_base(), config, embedder=embedder)
+        stash[_SAMPLE_STORE] = master
+    store = tmp_path_factory.mktemp("store")
+    shutil.copytree(stash[_SAMPLE_STORE], store, dirs_exist_ok=True)
+    return store
+
+
+@pytest.fixture(scope="module")
+def store_config(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    embedder: SentenceTransformerEmbedder,
+) -> Config:
+    return load_config(overrides={"store.path": str(sample_store_copy(request, tmp_path_factory, embedder))})
+
+
+@pytest.fixture
+def agent(store_config: Config, embedder: SentenceTransformerEmbedder) -> Iterator[AgentLookup]:
+    recorder = InvocationRecorder(invocation_db_url(store_config))
+    with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as agent:
+        yield agent
+
+
+def _row(agent: AgentLookup, row_id: int | None) -> Invocation:
+    assert agent.recorder is not None and row_id is not None
+    row = agent.recorder.get(row_id)
+    assert row is not None
+    return row
+
+
+# --- the tool definition ------------------------------------------------------------------------
+
+
+def test_tool_definition_is_a_json_schema_function() -> None:
+    definition = tool_definition()
+    assert definition == {
+        "name": "lookup_knowledge",
+        "description": TOOL_DESCRIPTION,
+        "parameters": INPUT_SCHEMA,
+    }
+    schema = definition["parameters"]
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid({"query": "who approves refunds?"})
+    for bad in ({}, {"query": 5}, {"query": "x", "top_k": 3}):
+        assert not validator.is_valid(bad)
+    json.dumps(definition)  # plain JSON, as tool-calling APIs take it
+
+
+def test_description_tells_the_agent_how_to_read_the_result() -> None:
+    for phrase in (
+        "evidenceKey",
+        "cite",
+        "no_evidence",
+        "retrieval_failed",
+        "outage",
+        "l0Hints",
+        "never facts",
+    ):
+        assert phrase in TOOL_DESCRIPTION
+
+
+def test_openai_and_anthropic_shapes() -> None:
+    assert openai_tool() == {"type": "function", "function": tool_definition()}
+    assert anthropic_tool() == {
+        "name": TOOL_NAME,
+        "description": TOOL_DESCRIPTION,
+        "input_schema": INPUT_SCHEMA,
+    }
+
+
+def test_definitions_are_fresh_copies() -> None:
+    tool_definition()["parameters"]["properties"]["query"]["type"] = "integer"
+    anthropic_tool()["input_schema"]["required"].append("x")
+    assert INPUT_SCHEMA["properties"]["query"]["type"] == "string"
+    assert INPUT_SCHEMA["required"] == ["query"]
+
+
+# --- the Python callable ------------------------------------------------------------------------
+
+
+def test_lookup_function_is_a_plain_described_callable(agent: AgentLookup) -> None:
+    lookup = agent.lookup_function()
+    assert lookup.__name__ == TOOL_NAME
+    assert lookup.__doc__ is not None and lookup.__doc__.startswith(TOOL_DESCRIPTION)
+    assert list(inspect.signature(lookup).parameters) == ["query"]
+    payload = lookup(REFUND_QUERY)
+    assert isinstance(payload, dict)
+    assert json.loads(json.dumps(payload)) == payload
+    assert payload["evidenceStatus"] == "evidence"
+    assert payload["evidenceBlocks"][0]["evidenceKey"].startswith("payments-refund-policy#chunk-")
+    assert payload["retrievalTrace"]["invocationRecord"]["written"] is True
+
+
+def test_each_lookup_function_is_its_own_session(agent: AgentLookup) -> None:
+    first, second = agent.lookup_function(), agent.lookup_function()
+    assert first(REFUND_QUERY)["retrievedDomainsThisSession"] == ["payments"]
+    assert "payments" not in second(KAFKA_QUERY)["retrievedDomainsThisSession"]
+    assert first(KAFKA_QUERY)["retrievedDomainsThisSession"][0] == "payments"
+
+
+# --- the tool_invocation record -----------------------------------------------------------------
+
+
+def test_every_call_writes_one_row_with_the_retrieval_details(agent: AgentLookup) -> None:
+    result = agent.call(REFUND_QUERY, session_id="row-fields")
+    status = result.retrieval_trace.invocation_record
+    assert status is not None and status.written and status.error is None
+    row = _row(agent, status.id)
+    assert agent.recorder.list(session_id="row-fields") == [row]
+    assert (row.session_id, row.tool_name, row.input) == ("row-fields", "lookup_knowledge", REFUND_QUERY)
+    assert (row.status, row.evidence_count) == ("evidence", len(result.evidence_blocks))
+    assert row.retrieval_layer == "L0+L1"
+    assert row.fallback_reason is None
+    assert row.latency_ms > 0
+    assert row.created_at is not None and row.created_at.tzinfo is not None
+
+    details = row.retrieval_details
+    hints = details["l0Hints"]
+    assert {"matchedKeywords", "domains", "entities", "matchedTitles"} <= set(hints)
+    assert hints["domains"] == ["payments"] and "refund" in hints["matchedKeywords"]
+    assert details["categoryFilter"] == "payments"
+    assert [a["kind"] for a in details["attempts"]] == ["filtered"]
+    evidence = details["evidence"]
+    assert [e["evidenceKey"] for e in evidence] == [b.evidence_key for b in result.evidence_blocks]
+    assert {"evidenceKey", "source", "title", "normalizedScore", "rerankScore", "hitReasons"} <= set(
+        evidence[0]
+    )
+    assert "content" not in evidence[0]  # compact: the record keeps what was found, not the text
+    assert details["evidenceDomains"] == ["payments"]
+    assert details["contextPack"]["budgetChars"] == 6000
+    assert details["contextPack"]["includedSources"] == result.context_pack.summary.included_sources
+    assert [e["evidenceKey"] for e in details["rerank"]["entries"]] == [e["evidenceKey"] for e in evidence]
+    assert details["rerank"]["entries"][0]["boosts"]
+    assert details["settings"]["referenceThreshold"] == 0.3
+    assert "lookup_result" in [node["name"] for node in details["executedNodes"]]
+
+
+def test_a_fallback_call_records_both_attempts(agent: AgentLookup) -> None:
+    result = agent.call(FALLBACK_QUERY, session_id="row-fallback")
+    trace = result.retrieval_trace
+    assert trace.fallback_reason == "filtered_vector_low_quality"
+    row = _row(agent, trace.invocation_record.id)
+    assert row.fallback_reason == "filtered_vector_low_quality"
+    assert [a["kind"] for a in row.retrieval_details["attempts"]] == ["filtered", "unfiltered"]
+    assert row.retrieval_details["attempts"][0]["filter"] == "payments"
+
+
+def test_invalid_input_is_recorded_too(agent: AgentLookup) -> None:
+    result = agent.call("   ", session_id="row-invalid")
+    assert result.evidence_status == "invalid_input" and result.retrieval_trace is None
+    [row] = agent.recorder.list(session_id="row-invalid")
+    assert (row.status, row.evidence_count, row.retrieval_layer) == ("invalid_input", 0, None)
+    assert row.retrieval_details["message"] == result.message
+
+
+# --- session domains ----------------------------------------------------------------------------
+
+
+def test_session_domains_accumulate_in_first_seen_order(agent: AgentLookup) -> None:
+    first = agent.call(REFUND_QUERY, session_id="domains-a")
+    assert first.retrieved_domains_this_session == ["payments"]
+    second = agent.call(KAFKA_QUERY, session_id="domains-a")
+    kafka_domains = [b.category for b in second.evidence_blocks]
+    assert second.retrieved_domains_this_session[0] == "payments"
+    assert set(second.retrieved_domains_this_session) == {"payments", *kafka_domains}
+    assert len(set(second.retrieved_domains_this_session)) == len(second.retrieved_domains_this_session)
+    again = agent.call(REFUND_QUERY, session_id="domains-a")
+    assert again.retrieved_domains_this_session == second.retrieved_domains_this_session
+
+    other = agent.call(KAFKA_QUERY, session_id="domains-b")  # a new session starts empty
+    assert "payments" not in other.retrieved_domains_this_session
+    no_session = agent.call(KAFKA_QUERY)
+    assert no_session.retrieved_domains_this_session == list(dict.fromkeys(kafka_domains))
+
+
+def test_session_domains_come_from_the_record(
+    agent: AgentLookup, store_config: Config, embedder: SentenceTransformerEmbedder
+) -> None:
+    agent.call(REFUND_QUERY, session_id="domains-recorded")
+    agent.close()  # a new process, say: no in-memory session memory, only the record
+    recorder = InvocationRecorder(invocation_db_url(store_config))
+    with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as fresh:
+        assert fresh.tool.session_domains("domains-recorded") == []
+        result = fresh.call(KAFKA_QUERY, session_id="domains-recorded")
+    assert result.retrieved_domains_this_session[0] == "payments"
+
+
+# --- an unavailable database --------------------------------------------------------------------
+
+
+@pytest.fixture
+def unrecorded_agent(
+    store_config: Config, embedder: SentenceTransformerEmbedder, tmp_path: Path
+) -> Iterator[AgentLookup]:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the database folder should be")
+    recorder = InvocationRecorder(f"sqlite:///{blocker}/invocations.sqlite")
+    with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as agent:
+        yield agent
+
+
+def test_an_unavailable_database_never_fails_the_lookup(
+    unrecorded_agent: AgentLookup, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="lookup_knowledge.agent"):
+        result = unrecorded_agent.call(REFUND_QUERY, session_id="offline")
+    assert result.found and result.evidence_status == "evidence"
+    status = result.retrieval_trace.invocation_record
+    assert status is not None and not status.written and status.id is None
+    assert "invocation database" in status.error
+    assert "not recorded" in caplog.text
+    payload = result.model_dump(by_alias=True, mode="json")
+    assert payload["retrievalTrace"]["invocationRecord"]["written"] is False
+
+    # Session domains fall back to the tool's in-memory session memory.
+    second = unrecorded_agent.call(KAFKA_QUERY, session_id="offline")
+    assert second.retrieved_domains_this_session[0] == "payments"
+
+
+def test_an_unrecorded_call_without_a_trace_says_so_in_its_message(unrecorded_agent: AgentLookup) -> None:
+    result = unrecorded_agent.call("", session_id="offline")
+    assert result.evidence_status == "invalid_input"
+    assert result.message.startswith("Invalid query: the query is empty.")
+    assert "not recorded" in result.message
+
+
+def test_without_a_recorder_nothing_is_recorded(
+    store_config: Config, embedder: SentenceTransformerEmbedder
+) -> None:
+    with AgentLookup(KnowledgeTool(store_config, embedder=embedder), None) as agent:
+        result = agent.call(REFUND_QUERY, session_id="unrecorded")
+    assert result.retrieval_trace.invocation_record is None
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def test_cli_query_records_unless_no_record(store_config: Config) -> None:
+    runner = CliRunner()
+    store = f"store.path={store_config.store.path}"
+    recorded = runner.invoke(app, ["query", KAFKA_QUERY, "--set", store, "--session", "cli", "--json"])
+    assert recorded.exit_code == 0, recorded.output
+    status = json.loads(recorded.stdout)["retrievalTrace"]["invocationRecord"]
+    assert status["written"] is True
+    skipped = runner.invoke(
+        app, ["query", KAFKA_QUERY, "--set", store, "--session", "cli", "--no-record", "--json"]
+    )
+    assert skipped.exit_code == 0, skipped.output
+    assert json.loads(skipped.stdout)["retrievalTrace"]["invocationRecord"] is None
+    rejected = runner.invoke(app, ["query", "bad\x07query", "--set", store, "--session", "cli"])
+    assert rejected.exit_code == 2
+
+    listed = runner.invoke(app, ["invocations", "--session", "cli", "--json", "--set", store])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)
+    assert [(r["id"], r["status"]) for r in rows] == [
+        (status["id"], "evidence"),
+        (status["id"] + 1, "invalid_input"),
+    ]
+    shown = runner.invoke(app, ["invocations", "show", str(status["id"]), "--set", store])
+    assert shown.exit_code == 0, shown.output
+    assert KAFKA_QUERY in shown.stdout and "evidenceDomains" in shown.stdout

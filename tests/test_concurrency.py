@@ -1,0 +1,82 @@
+"""One KnowledgeTool serving concurrent agent calls: 8 threads x 50 recorded calls on the real store."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge.adapters.recorder import InvocationRecorder
+from test_agent_tool import sample_store_copy
+
+from lookup_knowledge import AgentLookup, KnowledgeTool, load_config
+from lookup_knowledge.agent import invocation_db_url
+from lookup_knowledge.contract import LookupResult
+
+THREADS = 8
+CALLS_PER_THREAD = 50
+QUERIES = [
+    "Who must approve a refund above 500 EUR?",
+    "kafka consumer lag",
+    "如何申请增值税专用发票",
+    "PCI DSS rules for card data in the payments.events Kafka topic",
+    "chargeback pizza recipe with mozzarella",
+    "how do I rotate production API keys?",
+    "",  # invalid input is a call too
+    "Zendesk ticket triage priorities",
+    "how to bake sourdough bread",
+    "data warehouse nightly batch failed",
+]
+SEQUENCE = [QUERIES[(i * 7) % len(QUERIES)] for i in range(CALLS_PER_THREAD)]
+
+
+@pytest.fixture(scope="module")
+def store(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    embedder: SentenceTransformerEmbedder,
+) -> Path:
+    return sample_store_copy(request, tmp_path_factory, embedder)
+
+
+def _comparable(result: LookupResult) -> dict[str, Any]:
+    """The contract JSON less what legitimately differs between calls: timings and row ids."""
+    payload = result.model_dump(by_alias=True, mode="json")
+    trace = payload["retrievalTrace"]
+    if trace is not None:
+        trace["executedNodes"] = [node["name"] for node in trace["executedNodes"]]
+        assert trace.pop("invocationRecord")["written"] is True
+    return payload
+
+
+def test_concurrent_calls_match_sequential_ones_and_are_each_recorded_once(
+    store: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    config = load_config(overrides={"store.path": str(store)})
+    recorder = InvocationRecorder(invocation_db_url(config))
+    with AgentLookup(KnowledgeTool(config, embedder=embedder), recorder) as agent:
+        expected = [_comparable(agent.call(query, "sequential")) for query in SEQUENCE]
+        start = threading.Barrier(THREADS)
+
+        def session(thread: int) -> list[LookupResult]:
+            start.wait()
+            return [agent.call(query, f"thread-{thread}") for query in SEQUENCE]
+
+        with ThreadPoolExecutor(THREADS) as pool:
+            concurrent = list(pool.map(session, range(THREADS)))
+
+        for results in concurrent:
+            assert [_comparable(result) for result in results] == expected
+
+        rows = recorder.list(last=10 * THREADS * CALLS_PER_THREAD)
+    assert len(rows) == (THREADS + 1) * CALLS_PER_THREAD
+    assert len({row.id for row in rows}) == len(rows)
+    for thread, results in enumerate(concurrent):
+        mine = [row for row in rows if row.session_id == f"thread-{thread}"]
+        assert [row.input for row in mine] == SEQUENCE
+        assert [row.status for row in mine] == [result.evidence_status for result in results]
+        recorded_ids = {r.retrieval_trace.invocation_record.id for r in results if r.retrieval_trace}
+        assert recorded_ids <= {row.id for row in mine}

@@ -1,0 +1,106 @@
+"""The MCP server end to end: ``lookup-knowledge mcp`` spawned over stdio, driven by the SDK's client."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge.adapters.recorder import InvocationRecorder
+from mcp import Client, StdioServerParameters
+from mcp.types import CallToolResult
+from test_agent_tool import KAFKA_QUERY, REFUND_QUERY, sample_store_copy
+
+from lookup_knowledge.agent import TOOL_DESCRIPTION, TOOL_NAME
+
+LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
+STARTUP_TIMEOUT_S = 180  # the server imports torch and loads the model on a busy 2-core machine
+
+
+@pytest.fixture(scope="module")
+def store(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    embedder: SentenceTransformerEmbedder,
+) -> Path:
+    return sample_store_copy(request, tmp_path_factory, embedder)  # not opened here: the server opens it
+
+
+def _server(store: Path) -> Client:
+    params = StdioServerParameters(
+        command=str(LOOKUP_KNOWLEDGE), args=["mcp", "--set", f"store.path={store}"]
+    )
+    return Client(params, read_timeout_seconds=STARTUP_TIMEOUT_S)
+
+
+def _contract(result: CallToolResult) -> dict[str, Any]:
+    """The contract JSON, checked to be the same as structured content and as text."""
+    assert result.structured_content is not None
+    [content] = result.content
+    assert content.type == "text"
+    assert json.loads(content.text) == result.structured_content
+    return result.structured_content
+
+
+async def _first_connection(store: Path) -> dict[str, Any]:
+    async with _server(store) as client:
+        [tool] = (await client.list_tools()).tools
+        refund = await client.call_tool(TOOL_NAME, {"query": REFUND_QUERY})
+        empty = await client.call_tool(TOOL_NAME, {"query": ""})
+        kafka = await client.call_tool(TOOL_NAME, {"query": KAFKA_QUERY})
+    return {"tool": tool, "refund": refund, "empty": empty, "kafka": kafka}
+
+
+async def _second_connection(store: Path) -> CallToolResult:
+    async with _server(store) as client:
+        return await client.call_tool(TOOL_NAME, {"query": KAFKA_QUERY})
+
+
+def test_mcp_round_trip_over_stdio(store: Path) -> None:
+    first = anyio.run(_first_connection, store)
+
+    tool = first["tool"]
+    assert tool.name == TOOL_NAME
+    assert tool.description == TOOL_DESCRIPTION
+    assert tool.input_schema["required"] == ["query"]
+    assert tool.input_schema["properties"]["query"]["type"] == "string"
+    assert "evidenceBlocks" in tool.output_schema["properties"]
+
+    assert not first["refund"].is_error
+    refund = _contract(first["refund"])
+    assert refund["evidenceStatus"] == "evidence"
+    assert refund["evidenceBlocks"][0]["evidenceKey"].startswith("payments-refund-policy#chunk-")
+    assert refund["retrievedDomainsThisSession"] == ["payments"]
+    assert refund["retrievalTrace"]["invocationRecord"]["written"] is True
+
+    assert first["empty"].is_error  # a tool error result the agent can read; the server lives on
+    empty = _contract(first["empty"])
+    assert (empty["evidenceStatus"], empty["message"]) == (
+        "invalid_input",
+        "Invalid query: the query is empty.",
+    )
+
+    kafka = _contract(first["kafka"])
+    assert kafka["retrievedDomainsThisSession"][0] == "payments"  # the same connection, the same session
+    kafka_domains = list(dict.fromkeys(b["category"] for b in kafka["evidenceBlocks"]))
+    assert set(kafka["retrievedDomainsThisSession"]) == {"payments", *kafka_domains}
+
+    second = _contract(anyio.run(_second_connection, store))  # a new connection is a new session
+    assert second["retrievedDomainsThisSession"] == kafka_domains
+
+    recorder = InvocationRecorder(f"sqlite:///{store}/invocations.sqlite")
+    rows = recorder.list()
+    recorder.close()
+    assert [(row.status, row.input) for row in rows] == [
+        ("evidence", REFUND_QUERY),
+        ("invalid_input", ""),
+        ("evidence", KAFKA_QUERY),
+        ("evidence", KAFKA_QUERY),
+    ]
+    sessions = [row.session_id for row in rows]
+    assert sessions[0] == sessions[1] == sessions[2] != sessions[3]
+    assert all(session and session.startswith("mcp-") for session in sessions)
