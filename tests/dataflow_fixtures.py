@@ -1,0 +1,175 @@
+"""Shared fixtures and helpers for the dataflow tests (fallback, post-processing, context, contract).
+
+Import the fixtures a module uses by name (``from dataflow_fixtures import sample_kb``); pytest
+then finds them in that module. The sample knowledge base is ingested once per test session into
+one Qdrant Edge store that every tool built by :func:`make_tool` shares as its injected search
+port (only one handle may hold an Edge store, and ingesting the 30 documents is the slowest
+step of the suite).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lookup_knowledge.adapters.corpus import SourceDocument, read_corpus
+from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.l0_index import L0Index
+from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+
+from lookup_knowledge import ingest, load_config, sample_knowledge_base
+from lookup_knowledge.config import Config
+from lookup_knowledge.stores import l0_index_path, open_store
+from lookup_knowledge.tool import KnowledgeTool
+
+# Queries with a known L0 shape on the sample knowledge base.
+REFUND_QUERY = "Who must approve a refund above 500 EUR?"  # L0: one domain (payments)
+PCI_QUERY = "PCI DSS rules for card data in the payments.events Kafka topic"  # several domains
+PARCEL_QUERY = "compensation for parcels arriving late"  # no L0 hint at all
+FAPIAO_QUERY = "如何申请增值税专用发票"  # Chinese: L0 substring match, one domain
+REFUND_DOC = "payments-refund-policy"
+FAPIAO_DOC = "support-fapiao-requests-zh"
+
+
+@dataclass
+class SampleKB:
+    """The ingested sample knowledge base: its store (shared search port) and L0 index."""
+
+    store_path: Path
+    store: Any  # the open QdrantEdgeStore
+    l0_index: L0Index
+    documents: dict[str, SourceDocument]  # doc_id -> document as read from the source
+    users: int = 0  # fixture definitions currently holding it
+
+
+def config_for(store_path: Path, **overrides: Any) -> Config:
+    """Default config at ``store_path`` plus ``dotted.key`` overrides (``__`` for the dots)."""
+    values: dict[str, Any] = {"store.path": str(store_path)}
+    values.update({key.replace("__", "."): value for key, value in overrides.items()})
+    return load_config(overrides=values)
+
+
+_SAMPLE_KB: list[SampleKB] = []  # one ingest per session, whichever module asks first
+
+
+@pytest.fixture(scope="session")
+def sample_kb(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Iterator[SampleKB]:
+    """The sample knowledge base ingested once per session, its store held open until the end.
+
+    Every module that imports this fixture gets its own (session-scoped) copy of the fixture
+    definition, so the ingested store itself is cached here and closed by the last teardown.
+    """
+    if not _SAMPLE_KB:
+        store_path = tmp_path_factory.mktemp("sample-kb-store")
+        config = config_for(store_path)
+        ingest(sample_knowledge_base(), config, embedder=embedder)
+        store = open_store(config, embedder.dimension, create=False)
+        documents = {doc.doc_id: doc for doc in read_corpus(sample_knowledge_base()).documents}
+        _SAMPLE_KB.append(SampleKB(store_path, store, L0Index.load(l0_index_path(config)), documents))
+    kb = _SAMPLE_KB[0]
+    kb.users += 1
+    try:
+        yield kb
+    finally:
+        kb.users -= 1
+        if kb.users == 0:
+            kb.store.close()
+            _SAMPLE_KB.clear()
+
+
+def make_tool(
+    kb: SampleKB,
+    embedder: Embedder,
+    *,
+    search_port: KnowledgeSearchPort | None = None,
+    l0_index: L0Index | None = None,
+    **overrides: Any,
+) -> KnowledgeTool:
+    """A tool over the shared sample store (or ``search_port``) with config overrides."""
+    return KnowledgeTool(
+        config_for(kb.store_path, **overrides),
+        search_port=search_port if search_port is not None else kb.store,
+        embedder=embedder,
+        l0_index=l0_index if l0_index is not None else kb.l0_index,
+    )
+
+
+@dataclass
+class SearchCall:
+    """One search the port was asked for, and what it answered (hits, or the error raised)."""
+
+    request: SearchRequest
+    hits: list[SearchHit] = field(default_factory=list)
+    error: str | None = None
+
+
+class FaultySearchPort(KnowledgeSearchPort):
+    """The real store, wrapped: raises on filtered (or on every) search, and records each call.
+
+    The only test double of the suite: it injects backend faults and lets a test see which
+    searches really ran and which hits they really returned.
+    """
+
+    def __init__(
+        self,
+        inner: KnowledgeSearchPort,
+        *,
+        fail_filtered: bool = False,
+        fail_all: bool = False,
+        message: str = "simulated backend outage",
+    ) -> None:
+        self.inner = inner
+        self.fail_filtered = fail_filtered
+        self.fail_all = fail_all
+        self.message = message
+        self.calls: list[SearchCall] = []
+
+    def search(self, request: SearchRequest) -> list[SearchHit]:
+        call = SearchCall(request)
+        self.calls.append(call)
+        if self.fail_all or (self.fail_filtered and request.category is not None):
+            call.error = self.message
+            raise ConnectionError(self.message)
+        call.hits = self.inner.search(request)
+        return call.hits
+
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+        return [self.search(request) for request in requests]
+
+    def returned_hits(self) -> dict[str, SearchHit]:
+        """Evidence key -> hit, over every hit any search returned."""
+        return {
+            hit.payload["evidence_key"]: hit
+            for call in self.calls
+            for hit in call.hits
+            if "evidence_key" in hit.payload
+        }
+
+
+def as_json(result: Any) -> dict[str, Any]:
+    """The contract JSON of a ``LookupResult``."""
+    return result.model_dump(by_alias=True, mode="json")
+
+
+def make_hit(
+    doc_id: str | None,
+    chunk_index: int | None,
+    normalized_score: float,
+    *,
+    point_id: str = "",
+    content: str | None = None,
+    payload: Mapping[str, Any] | None = None,
+) -> SearchHit:
+    """A hand-made search hit (cosine: base score == normalized score here)."""
+    return SearchHit(
+        point_id=point_id,
+        content=content if content is not None else f"{doc_id} chunk {chunk_index} text",
+        score=normalized_score,
+        normalized_score=normalized_score,
+        payload=dict(payload or {}),
+        doc_id=doc_id,
+        chunk_index=chunk_index,
+    )

@@ -1,0 +1,388 @@
+"""Post-processing: evidence keys, dedup, per-document cap, widths and the rule-based rerank."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from dataflow_fixtures import (
+    PARCEL_QUERY,
+    REFUND_QUERY,
+    FaultySearchPort,
+    SampleKB,
+    as_json,
+    make_hit,
+    make_tool,
+    sample_kb,  # noqa: F401 - fixture
+)
+from lookup_knowledge.adapters.l0_index import L0Hints
+from lookup_knowledge.dataflows.postprocessing import (
+    candidates_df,
+    deduped_df,
+    evidence_blocks,
+    identity_key,
+    reranked_df,
+)
+
+from lookup_knowledge.config import RerankConfig
+
+NO_HINTS = L0Hints()
+
+
+def dedup(hits, *, cap=2, return_n=20, hints=NO_HINTS):
+    """``(attempt, hit)`` pairs through candidates_df and deduped_df."""
+    return deduped_df(candidates_df(hits, hints), cap, return_n)
+
+
+def keys(df: pd.DataFrame) -> list[str]:
+    return list(df["evidence_key"])
+
+
+# -- evidence identity --------------------------------------------------------------------------
+
+
+def test_identity_key_is_doc_id_and_chunk_index():
+    assert identity_key(make_hit("refunds", 3, 0.5, point_id="p-1"), 1) == "refunds#chunk-3"
+
+
+def test_identity_key_accepts_chunk_zero():
+    assert identity_key(make_hit("refunds", 0, 0.5, point_id="p-1"), 4) == "refunds#chunk-0"
+
+
+@pytest.mark.parametrize(("doc_id", "chunk_index"), [(None, 2), ("refunds", None), (None, None)])
+def test_identity_key_falls_back_to_point_id(doc_id, chunk_index):
+    hit = make_hit(doc_id, chunk_index, 0.5, point_id="1f0c-point")
+    assert identity_key(hit, 7) == "vector:1f0c-point"
+
+
+def test_identity_key_falls_back_to_original_rank():
+    assert identity_key(make_hit(None, None, 0.5, point_id=""), 7) == "rank:7"
+
+
+def test_candidates_carry_identity_and_attempt_reason():
+    df = candidates_df(
+        [("filtered", make_hit("a", 1, 0.9)), ("unfiltered", make_hit(None, None, 0.8))],
+        NO_HINTS,
+    )
+    assert keys(df) == ["a#chunk-1", "rank:2"]
+    assert list(df["original_rank"]) == [1, 2]
+    assert list(df["hit_reasons"]) == [["vector:filtered"], ["vector:unfiltered"]]
+
+
+# -- dedup --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("better_first", [True, False])
+def test_dedup_merges_hit_reasons_and_keeps_higher_ranked_content(better_first):
+    better = ("filtered", make_hit("a", 1, 0.9, content="filtered copy"))
+    worse = ("unfiltered", make_hit("a", 1, 0.7, content="unfiltered copy"))
+    df = dedup([better, worse] if better_first else [worse, better])
+    assert keys(df) == ["a#chunk-1"]
+    row = df.iloc[0]
+    assert row["content"] == "filtered copy"
+    assert row["normalized_score"] == 0.9
+    assert sorted(row["hit_reasons"]) == ["vector:filtered", "vector:unfiltered"]
+
+
+def test_dedup_merges_l0_reasons_without_repeating_them():
+    hints = L0Hints(domains=["payments"])
+    payload = {"category": ["payments"]}
+    df = dedup(
+        [
+            ("filtered", make_hit("a", 1, 0.9, payload=payload)),
+            ("unfiltered", make_hit("a", 1, 0.9, payload=payload)),
+        ],
+        hints=hints,
+    )
+    assert len(df) == 1
+    reasons = df.iloc[0]["hit_reasons"]
+    assert sorted(reasons) == ["l0_domain:payments", "vector:filtered", "vector:unfiltered"]
+
+
+def test_different_chunks_of_one_document_stay_separate():
+    df = dedup([("unfiltered", make_hit("a", 0, 0.9)), ("unfiltered", make_hit("a", 1, 0.9))])
+    assert keys(df) == ["a#chunk-0", "a#chunk-1"]
+
+
+def test_same_point_without_doc_id_is_deduplicated_by_point_id():
+    hits = [
+        ("filtered", make_hit(None, None, 0.8, point_id="p-1")),
+        ("unfiltered", make_hit(None, None, 0.8, point_id="p-1")),
+        ("unfiltered", make_hit(None, None, 0.7, point_id="p-2")),
+    ]
+    assert keys(dedup(hits)) == ["vector:p-1", "vector:p-2"]
+
+
+# -- per-document cap and return_n --------------------------------------------------------------
+
+CAP_HITS = [
+    ("unfiltered", make_hit("b", 0, 0.6)),
+    ("unfiltered", make_hit("a", 2, 0.7)),
+    ("unfiltered", make_hit("a", 0, 0.9)),
+    ("unfiltered", make_hit("a", 1, 0.8)),
+]
+
+
+@pytest.mark.parametrize(
+    ("cap", "expected"),
+    [
+        (1, ["a#chunk-0", "b#chunk-0"]),
+        (2, ["a#chunk-0", "a#chunk-1", "b#chunk-0"]),
+        (None, ["a#chunk-0", "a#chunk-1", "a#chunk-2", "b#chunk-0"]),
+    ],
+)
+def test_per_document_cap_keeps_best_scored_chunks(cap, expected):
+    assert keys(dedup(CAP_HITS, cap=cap)) == expected
+
+
+def test_block_without_doc_id_is_its_own_document():
+    hits = [
+        ("unfiltered", make_hit(None, None, 0.9, point_id="p-1")),
+        ("unfiltered", make_hit(None, None, 0.8, point_id="p-2")),
+        ("unfiltered", make_hit("a", 0, 0.7)),
+        ("unfiltered", make_hit("a", 1, 0.6)),
+    ]
+    assert keys(dedup(hits, cap=1)) == ["vector:p-1", "vector:p-2", "a#chunk-0"]
+
+
+def test_return_n_cuts_after_cap():
+    hits = [("unfiltered", make_hit(f"d{i}", 0, 0.9 - i / 100)) for i in range(6)]
+    assert keys(dedup(hits, return_n=3)) == ["d0#chunk-0", "d1#chunk-0", "d2#chunk-0"]
+    assert keys(dedup(CAP_HITS, cap=1, return_n=1)) == ["a#chunk-0"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "width", "return_n"),
+    [
+        ({}, 20, 5),
+        ({"retrieval__top_k": 3}, 3, 3),
+        ({"retrieval__top_k": 3, "retrieval__retrieve_k": 8}, 8, 3),
+        ({"retrieval__top_k": 9, "retrieval__return_n": 2}, 9, 2),
+        ({"retrieval__top_k": 3, "retrieval__retrieve_k": 12, "retrieval__return_n": 4}, 12, 4),
+    ],
+)
+def test_retrieve_k_return_n_and_legacy_top_k_precedence(
+    sample_kb: SampleKB,  # noqa: F811 - fixture
+    embedder,
+    overrides,
+    width,
+    return_n,
+):
+    port = FaultySearchPort(sample_kb.store)
+    result = as_json(make_tool(sample_kb, embedder, search_port=port, **overrides).lookup(PARCEL_QUERY))
+    trace = result["retrievalTrace"]
+    assert (trace["retrieveK"], trace["returnN"]) == (width, return_n)
+    assert [call.request.top_k for call in port.calls] == [width]
+    assert [(a["width"], a["hitCount"]) for a in trace["attempts"]] == [(width, width)]
+    # expected block count from the hits the store returned: per-document cap, then return_n
+    per_doc: dict[str, int] = {}
+    for hit in port.calls[0].hits:
+        per_doc[hit.doc_id] = min(per_doc.get(hit.doc_id, 0) + 1, 2)
+    assert len(result["evidenceBlocks"]) == min(return_n, sum(per_doc.values()))
+
+
+# -- rerank -------------------------------------------------------------------------------------
+
+RICH_HINTS = L0Hints(
+    matched_titles=["Refund Policy"],
+    matched_keywords=["Refund"],
+    domains=["payments"],
+    entities=["Stripe"],
+)
+RICH_PAYLOAD = {
+    "title": "refund policy",
+    "keywords": ["refund", "store credit"],
+    "category": ["payments"],
+    "entities": ["stripe", "Adyen"],
+    "doc_type": "policy",
+}
+WEIGHTS = RerankConfig(
+    vector=0.5,
+    domain_match=0.11,
+    entity_match=0.07,
+    keyword_match=0.05,
+    title_match=0.13,
+    source_type={"policy": 0.02, "runbook": 0.3},
+)
+
+
+def rerank(hits, weights=WEIGHTS, hints=RICH_HINTS):
+    return reranked_df(dedup(hits, hints=hints), weights)
+
+
+def test_l0_hint_matching_a_candidate_is_its_hit_reason():
+    df = candidates_df(
+        [
+            ("filtered", make_hit("a", 0, 0.9, payload=RICH_PAYLOAD)),
+            ("filtered", make_hit("b", 0, 0.8, payload={"category": ["security"]})),
+        ],
+        RICH_HINTS,
+    )
+    assert sorted(df.iloc[0]["hit_reasons"]) == [
+        "l0_domain:payments",
+        "l0_entity:Stripe",
+        "l0_keyword:Refund",
+        "l0_title:Refund Policy",
+        "vector:filtered",
+    ]
+    assert df.iloc[1]["hit_reasons"] == ["vector:filtered"]
+
+
+def test_configured_weights_give_exact_rerank_scores():
+    df = rerank(
+        [
+            ("filtered", make_hit("a", 0, 0.6, payload=RICH_PAYLOAD)),
+            ("filtered", make_hit("b", 0, 0.8, payload={"doc_type": "guide"})),
+        ]
+    )
+    by_key = df.set_index("evidence_key")
+    assert by_key.loc["a#chunk-0", "rerank_score"] == pytest.approx(
+        0.5 * 0.6 + 0.11 + 0.07 + 0.05 + 0.13 + 0.02
+    )
+    assert by_key.loc["b#chunk-0", "rerank_score"] == pytest.approx(0.5 * 0.8)
+    assert sorted(by_key.loc["a#chunk-0", "boosts"]) == [
+        ("domain_match:payments", 0.11),
+        ("entity_match:Stripe", 0.07),
+        ("keyword_match:Refund", 0.05),
+        ("source_type:policy", 0.02),
+        ("title_match:Refund Policy", 0.13),
+    ]
+    assert by_key.loc["b#chunk-0", "boosts"] == []
+    assert keys(df) == ["a#chunk-0", "b#chunk-0"]  # boosts lift a above the better vector hit
+    assert list(df["rank"]) == [1, 2]
+
+
+def test_zero_weights_leave_the_vector_order():
+    flat = RerankConfig(vector=1.0, domain_match=0, entity_match=0, keyword_match=0, title_match=0)
+    df = rerank(
+        [
+            ("filtered", make_hit("a", 0, 0.6, payload=RICH_PAYLOAD)),
+            ("filtered", make_hit("b", 0, 0.8)),
+        ],
+        weights=flat,
+    )
+    assert keys(df) == ["b#chunk-0", "a#chunk-0"]
+    assert list(df["rerank_score"]) == [0.8, 0.6]
+
+
+def test_source_type_weight_uses_doc_type():
+    hits = [
+        ("unfiltered", make_hit("guide", 0, 0.8, payload={"doc_type": "guide"})),
+        ("unfiltered", make_hit("runbook", 0, 0.7, payload={"doc_type": "runbook"})),
+    ]
+    boosted = rerank(hits, hints=NO_HINTS)
+    assert keys(boosted) == ["runbook#chunk-0", "guide#chunk-0"]
+    assert boosted.iloc[0]["boosts"] == [("source_type:runbook", 0.3)]
+    assert boosted.iloc[0]["rerank_score"] == pytest.approx(0.5 * 0.7 + 0.3)
+    plain = rerank(hits, weights=RerankConfig(), hints=NO_HINTS)
+    assert keys(plain) == ["guide#chunk-0", "runbook#chunk-0"]
+
+
+def test_rerank_is_deterministic_with_ties_broken_by_evidence_key():
+    hits = [
+        ("unfiltered", make_hit("c", 0, 0.5)),
+        ("unfiltered", make_hit("b", 0, 0.7)),
+        ("unfiltered", make_hit("a", 0, 0.5)),
+        ("unfiltered", make_hit("d", 0, 0.5)),
+    ]
+    first = rerank(hits, hints=NO_HINTS)
+    again = rerank(hits, hints=NO_HINTS)
+    reversed_input = rerank(list(reversed(hits)), hints=NO_HINTS)
+    pd.testing.assert_frame_equal(first, again)
+    assert keys(first) == keys(reversed_input) == ["b#chunk-0", "a#chunk-0", "c#chunk-0", "d#chunk-0"]
+
+
+def test_evidence_blocks_follow_reranked_order():
+    df = rerank(
+        [
+            ("filtered", make_hit("a", 0, 0.6, payload=RICH_PAYLOAD)),
+            ("filtered", make_hit("b", 3, 0.8, payload={"source": "b.md", "breadcrumb": "B > x"})),
+        ]
+    )
+    blocks = evidence_blocks(df)
+    assert [(b.evidence_key, b.rank) for b in blocks] == [("a#chunk-0", 1), ("b#chunk-3", 2)]
+    assert blocks[1].chunk_index == 3 and blocks[1].source == "b.md"
+    assert blocks[0].category == "payments"
+    assert blocks[0].rerank_score == pytest.approx(df.iloc[0]["rerank_score"])
+
+
+# -- rerank end to end --------------------------------------------------------------------------
+
+
+def test_rerank_end_to_end_is_deterministic(sample_kb, embedder):  # noqa: F811 - fixture
+    tool = make_tool(sample_kb, embedder)
+    first, again = (as_json(tool.lookup(REFUND_QUERY)) for _ in range(2))
+    assert first["evidenceBlocks"] == again["evidenceBlocks"]
+    assert first["rerankTrace"] == again["rerankTrace"]
+
+
+def test_configured_weights_change_scores_exactly_end_to_end(sample_kb, embedder):  # noqa: F811
+    tool = make_tool(
+        sample_kb,
+        embedder,
+        rerank__vector=0.5,
+        rerank__domain_match=0.2,
+        rerank__keyword_match=0.1,
+        rerank__source_type={"policy": 0.3},
+    )
+    result = as_json(tool.lookup(REFUND_QUERY))
+    blocks, entries = result["evidenceBlocks"], result["rerankTrace"]["entries"]
+    assert [e["evidenceKey"] for e in entries] == [b["evidenceKey"] for b in blocks]
+    for block, entry in zip(blocks, entries, strict=True):
+        boosts = {b["reason"]: b["contribution"] for b in entry["boosts"]}
+        doc = sample_kb.documents[block["docId"]]
+        expected = {"domain_match:payments": 0.2}  # filtered to payments: every block matches
+        if "l0_keyword:refund" in block["hitReasons"]:
+            expected["keyword_match:refund"] = 0.1
+        if doc.doc_type == "policy":
+            expected["source_type:policy"] = 0.3
+        assert boosts == expected
+        assert block["rerankScore"] == pytest.approx(0.5 * block["normalizedScore"] + sum(expected.values()))
+        assert entry["finalScore"] == block["rerankScore"]
+    scores = [b["rerankScore"] for b in blocks]
+    assert scores == sorted(scores, reverse=True)
+    assert [b["rank"] for b in blocks] == list(range(1, len(blocks) + 1))
+
+
+def test_source_type_weight_reorders_end_to_end(sample_kb, embedder):  # noqa: F811 - fixture
+    plain = as_json(make_tool(sample_kb, embedder).lookup(PARCEL_QUERY))
+    boosted = as_json(
+        make_tool(sample_kb, embedder, rerank__source_type={"policy": 1.0}).lookup(PARCEL_QUERY)
+    )
+
+    def doc_type(block):
+        return sample_kb.documents[block["docId"]].doc_type
+
+    assert doc_type(plain["evidenceBlocks"][0]) != "policy"
+    assert doc_type(boosted["evidenceBlocks"][0]) == "policy"
+    for block, entry in zip(boosted["evidenceBlocks"], boosted["rerankTrace"]["entries"], strict=True):
+        reasons = [b["reason"] for b in entry["boosts"]]
+        assert ("source_type:policy" in reasons) == (doc_type(block) == "policy")
+
+
+def test_l0_hints_are_hit_reasons_of_matching_blocks_end_to_end(sample_kb, embedder):  # noqa: F811
+    result = as_json(make_tool(sample_kb, embedder).lookup(REFUND_QUERY))
+    assert "refund" in result["retrievalTrace"]["l0Hints"]["matchedKeywords"]
+    with_keyword = 0
+    for block in result["evidenceBlocks"]:
+        doc = sample_kb.documents[block["docId"]]
+        has_keyword = "refund" in {k.casefold() for k in doc.keywords}
+        assert ("l0_keyword:refund" in block["hitReasons"]) == has_keyword
+        assert ("l0_domain:payments" in block["hitReasons"]) == ("payments" in doc.categories)
+        with_keyword += has_keyword
+    assert 0 < with_keyword < len(result["evidenceBlocks"])
+
+
+def test_hits_without_doc_id_or_source_among_others_become_evidence_blocks():
+    df = rerank(
+        [
+            ("unfiltered", make_hit(None, None, 0.9, point_id="p-1", payload={})),
+            ("unfiltered", make_hit("b", 3, 0.8, payload={"source": "b.md", "title": "B"})),
+        ],
+        hints=NO_HINTS,
+    )
+    blocks = evidence_blocks(df)
+    assert [(b.evidence_key, b.doc_id, b.source, b.title) for b in blocks] == [
+        ("vector:p-1", None, None, None),
+        ("b#chunk-3", "b", "b.md", "B"),
+    ]
+    assert blocks[0].chunk_index is None
