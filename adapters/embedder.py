@@ -45,9 +45,7 @@ class Embedder(ABC):
 class SentenceTransformerEmbedder(Embedder):
     """A sentence-transformers model, loaded lazily and shared per process, batched and normalized."""
 
-    def __init__(
-        self, model_name: str = DEFAULT_MODEL, *, batch_size: int = 64, device: str = "cpu"
-    ):
+    def __init__(self, model_name: str = DEFAULT_MODEL, *, batch_size: int = 64, device: str = "cpu"):
         self.model_name = model_name
         self.batch_size = batch_size
         self.device = device

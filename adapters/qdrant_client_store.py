@@ -54,9 +54,7 @@ class QdrantClientStore(KnowledgeStore):
             return
         self._client.create_collection(
             self.collection,
-            vectors_config=models.VectorParams(
-                size=self.dimension, distance=models.Distance.COSINE
-            ),
+            vectors_config=models.VectorParams(size=self.dimension, distance=models.Distance.COSINE),
         )
         with warnings.catch_warnings():  # local mode has no payload indexes and says so
             warnings.simplefilter("ignore")
@@ -89,8 +87,7 @@ class QdrantClientStore(KnowledgeStore):
         ]
         responses = self._client.query_batch_points(self.collection, requests=queries)
         return [
-            [hit_from_payload(p.id, p.score, p.payload) for p in response.points]
-            for response in responses
+            [hit_from_payload(p.id, p.score, p.payload) for p in response.points] for response in responses
         ]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
@@ -113,18 +110,10 @@ class QdrantClientStore(KnowledgeStore):
     def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
         for doc_id, doc_hash in current_hashes.items():
             stale = models.Filter(
-                must=[
-                    models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchValue(value=doc_id))
-                ],
-                must_not=[
-                    models.FieldCondition(
-                        key=DOC_HASH_FIELD, match=models.MatchValue(value=doc_hash)
-                    )
-                ],
+                must=[models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchValue(value=doc_id))],
+                must_not=[models.FieldCondition(key=DOC_HASH_FIELD, match=models.MatchValue(value=doc_hash))],
             )
-            self._client.delete(
-                self.collection, points_selector=models.FilterSelector(filter=stale)
-            )
+            self._client.delete(self.collection, points_selector=models.FilterSelector(filter=stale))
 
     def document_hashes(self) -> dict[str, str]:
         """doc_id -> content hash of every stored document."""

@@ -52,7 +52,8 @@ def main() -> int:
             start = time.perf_counter()
             vectors = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
             requests = [
-                qe.QueryRequest(limit=k, query=qe.Query.Nearest(v.tolist()), with_payload=True) for v in vectors
+                qe.QueryRequest(limit=k, query=qe.Query.Nearest(v.tolist()), with_payload=True)
+                for v in vectors
             ]
             shard.query_batch(qe.QueryBatchRequest(requests))
             return len(texts) / (time.perf_counter() - start)

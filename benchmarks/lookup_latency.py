@@ -95,7 +95,9 @@ def main() -> int:
         rows["other_nodes"] = other
 
     summary = {name: {"p50_ms": percentile(v, 50), "p95_ms": percentile(v, 95)} for name, v in rows.items()}
-    post_plus_hamilton = [p + h for p, h in zip(rows["postprocessing"], rows["hamilton_overhead"], strict=True)]
+    post_plus_hamilton = [
+        p + h for p, h in zip(rows["postprocessing"], rows["hamilton_overhead"], strict=True)
+    ]
     summary["postprocessing_plus_hamilton"] = {
         "p50_ms": percentile(post_plus_hamilton, 50),
         "p95_ms": percentile(post_plus_hamilton, 95),

@@ -18,7 +18,6 @@ from lookup_knowledge.contract import (
     RerankTrace,
     RetrievalTrace,
 )
-
 from lookup_knowledge.frames import records
 
 from .retrieval import FallbackDecision, SearchAttempt
@@ -65,10 +64,7 @@ def retrieval_trace(
 ) -> RetrievalTrace:
     """L0 hints, filter, every attempt, the fallback reason and the settings in force."""
     l1_candidates = any(attempt.usable for attempt in retrieval_attempts)
-    if not retrieval_attempts:
-        layer = "L0" if not l0_hints.is_empty else "none"
-    else:
-        layer = "L0+L1" if not l0_hints.is_empty and l1_candidates else "L1"
+    layer = "L0+L1" if not l0_hints.is_empty and l1_candidates else "L1"
     return RetrievalTrace(
         l0_hints=l0_hints,
         category_filter=category_filter,

@@ -69,9 +69,7 @@ def filtered_hits(
 ) -> SearchAttempt:
     """L1 dense retrieval, ``retrieve_k`` wide, with the category filter when there is one."""
     kind = "filtered" if category_filter is not None else "unfiltered"
-    return _attempt(
-        kind, query, query_vector, category_filter, search_port, retrieve_k, min_evidence_score
-    )
+    return _attempt(kind, query, query_vector, category_filter, search_port, retrieve_k, min_evidence_score)
 
 
 @config.when_not(l1_enabled=False)
@@ -102,9 +100,7 @@ def unfiltered_hits(
     """The unfiltered retry with the raw query, run at most once and only when decided."""
     if not fallback_decision.retry:
         return None
-    return _attempt(
-        "unfiltered", query, query_vector, None, search_port, retrieve_k, min_evidence_score
-    )
+    return _attempt("unfiltered", query, query_vector, None, search_port, retrieve_k, min_evidence_score)
 
 
 @config.when_not(l1_enabled=False)

@@ -2,9 +2,10 @@
 
 Each query still runs through ``KnowledgeTool``'s Hamilton driver. Only two things are
 prepared for a whole batch at once: the query vectors (handed to the DAG as an override of the
-``query_vector`` node) and the searches (answered from one ``search_batch`` call by a port
-that replays them). The retrieval semantics (filter, fallback, post-processing) are untouched,
-so a batched result equals the single-call result.
+``query_vector`` node) and the searches whose request is known in advance — unfiltered, and
+filtered by a pinned category — answered from one ``search_batch`` call by a port that replays
+them. A filter the DAG derives from L0 hints is searched live. The retrieval semantics (filter,
+fallback, post-processing) are untouched, so a batched result equals the single-call result.
 """
 
 from __future__ import annotations
@@ -52,9 +53,7 @@ def lookup_many(
     return results
 
 
-def _lookup_chunk(
-    tool: KnowledgeTool, queries: list[str], pinned: list[str | None]
-) -> list[LookupResult]:
+def _lookup_chunk(tool: KnowledgeTool, queries: list[str], pinned: list[str | None]) -> list[LookupResult]:
     max_chars = tool.config.retrieval.max_query_chars
     results: dict[int, LookupResult] = {}
     for i, query in enumerate(queries):
@@ -67,8 +66,7 @@ def _lookup_chunk(
         return [results[i] for i in range(len(queries))]
     vectors = tool.embedder.embed_queries([inputs[i]["query"] for i in valid])
     vector_of = dict(zip(valid, vectors, strict=True))
-    filters = {i: tool.driver.execute(["category_filter"], inputs=inputs[i])["category_filter"] for i in valid}
-    prefetched = _prefetch(tool, inputs, vector_of, filters)
+    prefetched = _prefetch(tool, inputs, vector_of, {i: pinned[i] for i in valid})
     for i in valid:
         port = PrefetchedSearchPort(tool.search_port, prefetched.get(i, {}))
         results[i] = tool.execute_dataflow(
@@ -83,7 +81,7 @@ def _prefetch(
     vectors: dict[int, np.ndarray],
     filters: dict[int, str | None],
 ) -> dict[int, dict[str | None, list[SearchHit]]]:
-    """One batched search for every request the DAG may make: filtered, and the unfiltered retry."""
+    """One batched search for the requests known in advance: pinned filter, and unfiltered."""
     keys = [(i, category) for i in inputs for category in dict.fromkeys([filters[i], None])]
     width = tool.config.retrieval.effective_retrieve_k
     requests = [SearchRequest(inputs[i]["query"], vectors[i], width, c) for i, c in keys]

@@ -36,9 +36,7 @@ def chunk_document(doc: SourceDocument, max_chars: int) -> list[Chunk]:
     """All chunks of a document, numbered 0..n-1."""
     sections = _markdown_sections(doc) if doc.format == "markdown" else [(doc.title, doc.body)]
     pieces = [
-        (breadcrumb, piece)
-        for breadcrumb, text in sections
-        for piece in split_by_size(text, max_chars)
+        (breadcrumb, piece) for breadcrumb, text in sections for piece in split_by_size(text, max_chars)
     ]
     if not pieces:  # a document without body text is still known by its title and description
         pieces = [(doc.title, doc.description or doc.title or doc.doc_id)]

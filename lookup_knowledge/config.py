@@ -69,7 +69,7 @@ class RetrievalConfig(_Section):
     return_n: int | None = Field(None, ge=1, le=1000)
     top_k: int | None = Field(None, ge=1, le=1000)
     max_chunks_per_document: int | None = Field(2, ge=1)
-    reference_threshold: float = Field(0.3, ge=0.0, le=1.0)
+    reference_threshold: float = Field(0.45, ge=0.0, le=1.0)
     fallback: bool = True
     min_evidence_score: float = Field(0.0, ge=0.0, le=1.0)
     max_query_chars: int = Field(2000, ge=1)

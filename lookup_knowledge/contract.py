@@ -101,7 +101,7 @@ class RetrievalTrace(ContractModel):
     retrieve_k: int
     return_n: int
     max_chunks_per_document: int | None
-    retrieval_layer: Literal["L0+L1", "L1", "L0", "none"]
+    retrieval_layer: Literal["L0+L1", "L1"]
     executed_nodes: list[NodeTiming] = Field(default_factory=list)
     invocation_record: InvocationRecordStatus | None = Field(
         None, description="set by the agent entry points; None for a direct KnowledgeTool.lookup"

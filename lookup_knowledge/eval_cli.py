@@ -33,7 +33,9 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def eval_command(
     queries_file: Annotated[Path, typer.Argument(help="Eval query parquet (query_id, query, ...).")],
-    qrels: Annotated[Path | None, typer.Option("--qrels", help="BEIR qrels.tsv; wins over 'relevant'.")] = None,
+    qrels: Annotated[
+        Path | None, typer.Option("--qrels", help="BEIR qrels.tsv; wins over 'relevant'.")
+    ] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")] = None,
     overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help="dotted.key=value")] = None,
     out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("eval-out"),

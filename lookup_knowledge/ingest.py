@@ -119,9 +119,7 @@ def _sync(
     )
 
 
-def _write(
-    pending: list[_PendingChunk], store: KnowledgeStore, embedder: Embedder, progress: bool
-) -> None:
+def _write(pending: list[_PendingChunk], store: KnowledgeStore, embedder: Embedder, progress: bool) -> None:
     """Embed and upsert in groups of similar length (the model pads each batch to its longest)."""
     ordered = sorted(pending, key=lambda p: len(p.chunk.embedding_text))
     with _progress_bar(progress) as bar:
@@ -179,8 +177,6 @@ def document_hash(doc: SourceDocument, config: Config, model_name: str) -> str:
 def _update_l0(config: Config, documents: list[SourceDocument], gone: list[str]) -> None:
     path = l0_index_path(config)
     index = L0Index.load(path)
-    index.upsert(
-        L0Document(d.doc_id, d.title, d.keywords, d.categories, d.entities) for d in documents
-    )
+    index.upsert(L0Document(d.doc_id, d.title, d.keywords, d.categories, d.entities) for d in documents)
     index.remove(gone)
     index.save(path)

@@ -48,13 +48,9 @@ def svg_node_edge_set(svg: str) -> tuple[set[str], set[tuple[str, str]]]:
     return nodes, edges
 
 
-def render_execution(
-    tool: Any, result: LookupResult, inputs: dict[str, Any], path: str | Path
-) -> Path:
+def render_execution(tool: Any, result: LookupResult, inputs: dict[str, Any], path: str | Path) -> Path:
     """Render the DAG path a query executed, marking whether the fallback branch ran."""
-    graph = tool.driver.visualize_execution(
-        [FINAL_NODE], inputs=inputs, orient="TB", bypass_validation=True
-    )
+    graph = tool.driver.visualize_execution([FINAL_NODE], inputs=inputs, orient="TB", bypass_validation=True)
     trace = result.retrieval_trace
     ran = {timing.name: timing.ms for timing in trace.executed_nodes} if trace else {}
     for name, ms in ran.items():

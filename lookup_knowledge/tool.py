@@ -51,9 +51,7 @@ class KnowledgeTool:
         self.embedder = embedder or build_embedder(config)
         self._owned_store = None
         if search_port is None and config.l1.enabled:
-            search_port = self._owned_store = open_store(
-                config, self.embedder.dimension, create=False
-            )
+            search_port = self._owned_store = open_store(config, self.embedder.dimension, create=False)
         self.search_port = search_port
         self.l0_index = l0_index if l0_index is not None else L0Index.load(l0_index_path(config))
         self._timing = NodeTimingHook()
@@ -170,9 +168,7 @@ def query_problem(query: Any, max_chars: int) -> str | None:
     return None
 
 
-def invalid_query_result(
-    query: Any, max_chars: int, session_domains: list[str]
-) -> LookupResult | None:
+def invalid_query_result(query: Any, max_chars: int, session_domains: list[str]) -> LookupResult | None:
     """The ``invalid_input`` result for a query that cannot be looked up, else ``None``."""
     problem = query_problem(query, max_chars)
     if problem is None:

@@ -182,7 +182,7 @@ def test_every_call_writes_one_row_with_the_retrieval_details(agent: AgentLookup
     assert details["contextPack"]["includedSources"] == result.context_pack.summary.included_sources
     assert [e["evidenceKey"] for e in details["rerank"]["entries"]] == [e["evidenceKey"] for e in evidence]
     assert details["rerank"]["entries"][0]["boosts"]
-    assert details["settings"]["referenceThreshold"] == 0.3
+    assert details["settings"]["referenceThreshold"] == agent.tool.config.retrieval.reference_threshold
     assert "lookup_result" in [node["name"] for node in details["executedNodes"]]
 
 

@@ -39,7 +39,7 @@ def test_defaults_match_documented_values() -> None:
     assert config.ingest.chunk_chars == 1000
     assert config.ingest.max_file_bytes == 2_000_000
     assert config.l0.enabled and config.l1.enabled
-    assert config.retrieval.reference_threshold == pytest.approx(0.3)
+    assert config.retrieval.reference_threshold == pytest.approx(0.45)
     assert config.retrieval.max_chunks_per_document == 2
 
 

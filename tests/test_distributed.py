@@ -38,14 +38,24 @@ def test_distributed_eval_matches_in_process(tmp_path: Path, embedder: Embedder)
         local = evaluate(tool, QUERIES, QRELS)
 
     # one worker process: a qdrant-client local-mode store admits one process at a time
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True) as cluster:
-        with distributed.Client(cluster) as client:
-            remote = distributed_evaluate(config, QUERIES, QRELS, client, shard_size=2)
+    with (
+        distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        remote = distributed_evaluate(config, QUERIES, QRELS, client, shard_size=2)
 
-    columns = ["query_id", "evidence_status", "fallback_reason", "category_filter", "evidence_keys", "doc_ids"]
+    columns = [
+        "query_id",
+        "evidence_status",
+        "fallback_reason",
+        "category_filter",
+        "evidence_keys",
+        "doc_ids",
+    ]
     assert _plain(remote.results[columns]) == _plain(local.results[columns])
     assert remote.results["fallback_reason"].notna().any()  # the pinned wrong filters retried
     assert remote.metrics["overall"]["ndcg@10"] == pytest.approx(local.metrics["overall"]["ndcg@10"])
+
     def scores(run) -> list[float]:  # noqa: ANN001
         return [s for row in run.results["rerank_scores"] for s in row]
 
@@ -55,7 +65,9 @@ def test_distributed_eval_matches_in_process(tmp_path: Path, embedder: Embedder)
 def _plain(frame: pd.DataFrame) -> list[dict]:
     """Rows as plain Python values (missing -> None), so dtype differences do not matter."""
     return [
-        {k: (None if not isinstance(v, list) and pd.isna(v) else list(v) if isinstance(v, list) else v)
-         for k, v in row.items()}
+        {
+            k: (None if not isinstance(v, list) and pd.isna(v) else list(v) if isinstance(v, list) else v)
+            for k, v in row.items()
+        }
         for row in frame.astype(object).to_dict("records")
     ]

@@ -17,7 +17,14 @@ from typer.testing import CliRunner
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.batch import lookup_many
 from lookup_knowledge.cli import app
-from lookup_knowledge.compare import BASELINE, Variant, comparison_table, parse_compare, parse_sweep, run_variants
+from lookup_knowledge.compare import (
+    BASELINE,
+    Variant,
+    comparison_table,
+    parse_compare,
+    parse_sweep,
+    run_variants,
+)
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.eval_data import (
     EvalDataError,
@@ -114,14 +121,16 @@ def test_not_parquet_is_refused(tmp_path: Path) -> None:
 
 def test_graded_map_relevance_is_read(tmp_path: Path) -> None:
     relevant = pa.array([[("d1", 2), ("d2", 1)]], type=pa.map_(pa.string(), pa.int64()))
-    pq.write_table(pa.table({"query_id": ["a"], "query": ["x"], "relevant": relevant}), tmp_path / "q.parquet")
+    pq.write_table(
+        pa.table({"query_id": ["a"], "query": ["x"], "relevant": relevant}), tmp_path / "q.parquet"
+    )
     assert relevance(load_eval_queries(tmp_path / "q.parquet")) == {"a": {"d1": 2, "d2": 1}}
 
 
 def test_qrels_file_wins_over_the_relevant_column(tmp_path: Path) -> None:
     queries = load_eval_queries(write_queries(tmp_path / "q.parquet"))
     (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq-kafka\tapi-keys\t1\nother\td\t1\n")
-    assert relevance(queries) ["q-kafka"] == {"kafka-runbook": 1}
+    assert relevance(queries)["q-kafka"] == {"kafka-runbook": 1}
     assert relevance(queries, load_qrels(tmp_path / "qrels.tsv")) == {"q-kafka": {"api-keys": 1}}
 
 
@@ -220,12 +229,19 @@ def test_evaluate_writes_results_metrics_and_report(tool: KnowledgeTool, tmp_pat
     assert overall["fallback_rate_by_reason"] == {"filtered_vector_low_quality": 0.25}
     assert set(run.metrics["per_category"]) == {"payments"}
     written = write_eval_outputs(run, tmp_path / "out")
-    assert {p.name for p in written} >= {"results.parquet", "metrics.json", "report.md", "top_score_histogram.png"}
+    assert {p.name for p in written} >= {
+        "results.parquet",
+        "metrics.json",
+        "report.md",
+        "top_score_histogram.png",
+    }
     assert pd.read_parquet(tmp_path / "out" / "results.parquet").shape[0] == 4
     assert "| ndcg@10 | 1.0000 |" in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_comparison_reports_deltas_and_paired_p_values(tool: KnowledgeTool, store_path: Path, tmp_path: Path) -> None:
+def test_comparison_reports_deltas_and_paired_p_values(
+    tool: KnowledgeTool, store_path: Path, tmp_path: Path
+) -> None:
     queries = load_eval_queries(write_queries(tmp_path / "q.parquet"))
     base = {"store.path": str(store_path), "retrieval.reference_threshold": 0.5}
     variants = [parse_compare("nofallback=--set retrieval.fallback=false")]

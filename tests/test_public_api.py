@@ -32,8 +32,8 @@ def test_every_exported_name_exists() -> None:
 def test_no_generic_top_level_packages_are_installed(tmp_path: Path) -> None:
     probe = (
         "import importlib.util as u; "
-        "print(bool(u.find_spec('lookup_knowledge.dataflows')), bool(u.find_spec('lookup_knowledge.adapters')), "
-        "bool(u.find_spec('dataflows')), bool(u.find_spec('adapters')))"
+        "print(*(bool(u.find_spec(name)) for name in "
+        "('lookup_knowledge.dataflows', 'lookup_knowledge.adapters', 'dataflows', 'adapters')))"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(

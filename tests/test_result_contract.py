@@ -24,7 +24,7 @@ from hamilton import driver as hamilton_driver
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
 
-from lookup_knowledge import ingest
+from lookup_knowledge import ingest, load_config
 from lookup_knowledge.tool import KnowledgeTool
 
 TOP_LEVEL = {
@@ -143,7 +143,11 @@ def test_retrieval_trace_has_every_field(results):
     assert set(trace["l0Hints"]) >= HINT_FIELDS
     assert trace["attempts"] and all(set(a) == ATTEMPT_FIELDS for a in trace["attempts"])
     assert (trace["retrieveK"], trace["returnN"], trace["maxChunksPerDocument"]) == (20, 5, 2)
-    assert (trace["referenceThreshold"], trace["minEvidenceScore"]) == (0.3, 0.0)
+    defaults = load_config().retrieval
+    assert (trace["referenceThreshold"], trace["minEvidenceScore"]) == (
+        defaults.reference_threshold,
+        defaults.min_evidence_score,
+    )
 
 
 def test_executed_nodes_name_the_dag_nodes_in_order_with_timings(results):
