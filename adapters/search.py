@@ -121,6 +121,9 @@ class KnowledgeStore(KnowledgeSearchPort):
     def close(self) -> None:
         """Flush and release the store."""
 
+    def optimize(self) -> None:  # noqa: B027 - optional: only embedded engines need it
+        """Build indexes after bulk writes (stores that index on their own do nothing)."""
+
 
 def hit_from_payload(point_id: Any, score: float, payload: Mapping[str, Any] | None) -> SearchHit:
     """Build a :class:`SearchHit` from a store's raw point (shared by both adapters)."""

@@ -46,8 +46,13 @@ def beir_queries(name: str, pin_category: bool = False) -> pd.DataFrame:
         return load_eval_queries(path)
 
 
-def prepared_tool(name: str, cache: Path) -> tuple[KnowledgeTool, dict[str, Any]]:
-    base = {"store.path": str(cache / name)}
+WHOLE_DOCUMENTS = {"ingest.chunk_chars": 100_000}  # one chunk per abstract, as MTEB embeds them
+
+
+def prepared_tool(
+    name: str, cache: Path, store: str | None = None, ingest_overrides: dict[str, Any] | None = None
+) -> tuple[KnowledgeTool, dict[str, Any]]:
+    base = {"store.path": str(cache / (store or name)), **(ingest_overrides or {})}
     config = load_config(overrides=base)
     console.print(f"ingesting {name} (cached at {cache / name}) ...")
     report = ingest(DATA / name, config, progress=console.is_terminal)
@@ -76,13 +81,16 @@ def run(tool: KnowledgeTool, base: dict[str, Any], overrides: dict[str, Any], qu
 def scifact(cache: Path) -> dict[str, dict]:
     queries = beir_queries("scifact")
     qrels = relevance(queries, load_qrels(DATA / "scifact" / "qrels.tsv"))
+    rows = {}
+    tool, base = prepared_tool("scifact", cache, "scifact-whole", WHOLE_DOCUMENTS)
+    with tool:
+        rows["dense only, one chunk per document (MTEB setup)"] = run(tool, base, DENSE_ONLY, queries, qrels)
     tool, base = prepared_tool("scifact", cache)
     with tool:
-        return {
-            "dense only (boosts off, cap off, return_n 30)": run(tool, base, DENSE_ONLY, queries, qrels),
-            "default pipeline, return_n 10": run(tool, base, {"retrieval.return_n": 10}, queries, qrels),
-            "default pipeline as shipped (return_n 5)": run(tool, base, {}, queries, qrels),
-        }
+        rows["dense only, default chunking"] = run(tool, base, DENSE_ONLY, queries, qrels)
+        rows["default pipeline, return_n 10"] = run(tool, base, {"retrieval.return_n": 10}, queries, qrels)
+        rows["default pipeline as shipped (return_n 5)"] = run(tool, base, {}, queries, qrels)
+    return rows
 
 
 def classic(cache: Path) -> dict[str, dict]:
@@ -105,7 +113,7 @@ def classic(cache: Path) -> dict[str, dict]:
 
 def print_table(title: str, rows: dict[str, dict]) -> None:
     table = Table(title=title)
-    for column in ("run", "nDCG@10", "recall@10", "MRR@10", "fallback rate", "queries/s"):
+    for column in ("run", "nDCG@10", "recall@10", "MRR@10", "fallback rate", "q/s"):
         table.add_column(column)
     for name, r in rows.items():
         table.add_row(
@@ -124,7 +132,8 @@ def markdown(results: dict[str, Any]) -> str:
         return out
 
     sci, cla = results["scifact"], results["classic-dev"]
-    dense = sci["dense only (boosts off, cap off, return_n 30)"]["ndcg@10"]
+    dense = sci["dense only, one chunk per document (MTEB setup)"]["ndcg@10"]
+    chunked = sci["dense only, default chunking"]["ndcg@10"]
     lines = [
         "# Retrieval quality",
         "",
@@ -135,9 +144,13 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         *rows(sci),
         "",
-        f"Dense retrieval alone: nDCG@10 {dense:.4f} vs the published {PUBLISHED_SCIFACT} "
-        f"(difference {dense - PUBLISHED_SCIFACT:+.4f}). The shipped default returns 5 blocks, "
-        "so its nDCG@10 is computed over at most 5 documents.",
+        f"Dense retrieval alone, embedding each abstract whole as MTEB does: nDCG@10 {dense:.4f} vs "
+        f"the published {PUBLISHED_SCIFACT} (difference {dense - PUBLISHED_SCIFACT:+.4f}). With the "
+        f"default chunking ({load_config().ingest.chunk_chars} chars) dense retrieval reaches "
+        f"{chunked:.4f}: later chunks of long abstracts are embedded too instead of being cut at "
+        "the model's 256 tokens. Boosts are inert here (the corpus has no keywords or entities); "
+        "the per-document cap gives the default pipeline more distinct documents per 10 blocks. "
+        "The shipped default returns 5 blocks, so its nDCG@10 is computed over at most 5 documents.",
         "",
         "## classic-dev: category filter and fallback (450 queries, 4 domains)",
         "",
