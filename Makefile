@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 LK     := $(BIN)/lookup-knowledge
 DEMO   := --set store.path=.lookup-knowledge/demo
 
-.PHONY: install dev demo test lint render benchmarks clean
+.PHONY: install dev demo test lint render clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
