@@ -3,7 +3,7 @@
 >>> with KnowledgeTool.from_config(load_config()) as tool:  # doctest: +SKIP
 ...     result = tool.lookup("who approves refunds over 500 EUR?", session_id="s1")
 ...     result.model_dump(by_alias=True, mode="json")["evidenceBlocks"][0]["evidenceKey"]
-'payments-refund-policy#chunk-1'
+'payments-refund-policy#chunk-2'
 """
 
 from __future__ import annotations
