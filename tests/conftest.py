@@ -13,6 +13,7 @@ Reusable by every test module (including the dataflow tests):
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 import yaml
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 
+from lookup_knowledge import ingest, sample_knowledge_base
 from lookup_knowledge.config import Config, load_config
 
 
@@ -103,3 +105,24 @@ def embedder() -> SentenceTransformerEmbedder:
     model = SentenceTransformerEmbedder()
     assert model.dimension == 384  # forces the model load here, once
     return model
+
+
+_SAMPLE_STORE = pytest.StashKey[Path]()
+
+
+@pytest.fixture(scope="module")
+def sample_store(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    embedder: SentenceTransformerEmbedder,
+) -> Path:
+    """A private copy (per module) of the sample knowledge base's store, ingested once per session."""
+    stash = request.config.stash
+    if _SAMPLE_STORE not in stash:
+        master = tmp_path_factory.mktemp("sample-store")
+        config = load_config(overrides={"store.path": str(master)})
+        ingest(sample_knowledge_base(), config, embedder=embedder)
+        stash[_SAMPLE_STORE] = master
+    store = tmp_path_factory.mktemp("store")
+    shutil.copytree(stash[_SAMPLE_STORE], store, dirs_exist_ok=True)
+    return store

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +14,7 @@ from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
 from typer.testing import CliRunner
 
-import lookup_knowledge
-from lookup_knowledge import AgentLookup, KnowledgeTool, ingest, load_config, tool_definition
+from lookup_knowledge import AgentLookup, KnowledgeTool, load_config, tool_definition
 from lookup_knowledge.agent import (
     INPUT_SCHEMA,
     TOOL_DESCRIPTION,
@@ -32,36 +30,10 @@ REFUND_QUERY = "Who must approve a refund above 500 EUR?"
 KAFKA_QUERY = "kafka consumer lag"
 FALLBACK_QUERY = "chargeback pizza recipe with mozzarella"  # one L0 domain, weak filtered hits
 
-_SAMPLE_STORE = pytest.StashKey[Path]()
-
-
-def sample_store_copy(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    embedder: SentenceTransformerEmbedder,
-) -> Path:
-    """A private copy of the ingested sample knowledge base, ingested once per test session.
-
-    Shared with the other agent-facing test modules: ingesting the sample KB takes ~30-40 s here.
-    """
-    stash = request.config.stash
-    if _SAMPLE_STORE not in stash:
-        master = tmp_path_factory.mktemp("sample-store")
-        config = load_config(overrides={"store.path": str(master)})
-        ingest(lookup_knowledge.sample_knowledge_base(), config, embedder=embedder)
-        stash[_SAMPLE_STORE] = master
-    store = tmp_path_factory.mktemp("store")
-    shutil.copytree(stash[_SAMPLE_STORE], store, dirs_exist_ok=True)
-    return store
-
 
 @pytest.fixture(scope="module")
-def store_config(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    embedder: SentenceTransformerEmbedder,
-) -> Config:
-    return load_config(overrides={"store.path": str(sample_store_copy(request, tmp_path_factory, embedder))})
+def store_config(sample_store: Path) -> Config:
+    return load_config(overrides={"store.path": str(sample_store)})
 
 
 @pytest.fixture

@@ -7,10 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pytest
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import InvocationRecorder
-from test_agent_tool import sample_store_copy
 
 from lookup_knowledge import AgentLookup, KnowledgeTool, load_config
 from lookup_knowledge.agent import invocation_db_url
@@ -33,15 +31,6 @@ QUERIES = [
 SEQUENCE = [QUERIES[(i * 7) % len(QUERIES)] for i in range(CALLS_PER_THREAD)]
 
 
-@pytest.fixture(scope="module")
-def store(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    embedder: SentenceTransformerEmbedder,
-) -> Path:
-    return sample_store_copy(request, tmp_path_factory, embedder)
-
-
 def _comparable(result: LookupResult) -> dict[str, Any]:
     """The contract JSON less what legitimately differs between calls: timings and row ids."""
     payload = result.model_dump(by_alias=True, mode="json")
@@ -53,9 +42,9 @@ def _comparable(result: LookupResult) -> dict[str, Any]:
 
 
 def test_concurrent_calls_match_sequential_ones_and_are_each_recorded_once(
-    store: Path, embedder: SentenceTransformerEmbedder
+    sample_store: Path, embedder: SentenceTransformerEmbedder
 ) -> None:
-    config = load_config(overrides={"store.path": str(store)})
+    config = load_config(overrides={"store.path": str(sample_store)})
     recorder = InvocationRecorder(invocation_db_url(config))
     with AgentLookup(KnowledgeTool(config, embedder=embedder), recorder) as agent:
         expected = [_comparable(agent.call(query, "sequential")) for query in SEQUENCE]

@@ -8,26 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import pytest
-from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
-from test_agent_tool import KAFKA_QUERY, REFUND_QUERY, sample_store_copy
+from test_agent_tool import KAFKA_QUERY, REFUND_QUERY
 
 from lookup_knowledge.agent import TOOL_DESCRIPTION, TOOL_NAME
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
 STARTUP_TIMEOUT_S = 180  # the server imports torch and loads the model on a busy 2-core machine
-
-
-@pytest.fixture(scope="module")
-def store(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    embedder: SentenceTransformerEmbedder,
-) -> Path:
-    return sample_store_copy(request, tmp_path_factory, embedder)  # not opened here: the server opens it
 
 
 def _server(store: Path) -> Client:
@@ -60,7 +49,8 @@ async def _second_connection(store: Path) -> CallToolResult:
         return await client.call_tool(TOOL_NAME, {"query": KAFKA_QUERY})
 
 
-def test_mcp_round_trip_over_stdio(store: Path) -> None:
+def test_mcp_round_trip_over_stdio(sample_store: Path) -> None:
+    store = sample_store
     first = anyio.run(_first_connection, store)
 
     tool = first["tool"]
