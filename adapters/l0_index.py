@@ -15,7 +15,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,6 +31,7 @@ _UNSPACED = re.compile(
 _WORD = re.compile(r"\w+")
 
 
+@lru_cache(maxsize=16384)  # payload titles and categories repeat across lookups
 def normalize(text: str) -> str:
     """NFKC + casefold: the form in which queries and terms are compared."""
     return unicodedata.normalize("NFKC", text).casefold()

@@ -25,7 +25,7 @@ from lookup_knowledge import KnowledgeTool, ingest, load_config
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
 SEARCH_NODES = {"filtered_hits", "unfiltered_hits"}
 POSTPROCESSING_NODES = {
-    "final_hits", "candidates_df", "deduped_df", "reranked_df", "evidence_blocks", "context_pack",
+    "candidates_df", "deduped_df", "reranked_df", "evidence_blocks", "context_pack",
 }  # fmt: skip
 
 

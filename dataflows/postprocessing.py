@@ -8,7 +8,9 @@ from lookup_knowledge.adapters.search import SearchHit, identity_key
 
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import EvidenceBlock
-from lookup_knowledge.frames import object_frame, records
+from lookup_knowledge.frames import frame_columns, object_frame, records
+
+from .retrieval import SearchAttempt
 
 # L0 hint kind -> (the candidate payload field it is compared with, the rerank weight it earns)
 _HINT_KINDS = {
@@ -17,12 +19,12 @@ _HINT_KINDS = {
     "keyword": ("keywords", "keyword_match"),
     "title": ("title", "title_match"),
 }
-CANDIDATE_COLUMNS = [
+CANDIDATE_COLUMNS = frame_columns([
     "evidence_key", "doc_id", "chunk_index", "point_id", "source", "title", "breadcrumb",
     "categories", "doc_type", "content", "score", "normalized_score", "original_rank",
     "hit_reasons", "l0_matches",
-]  # fmt: skip
-RERANK_COLUMNS = [*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"]
+])  # fmt: skip
+RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
 
 
 def _hint_terms(l0_hints: L0Hints) -> dict[str, dict[str, str]]:
@@ -49,11 +51,22 @@ def _l0_matches(hit: SearchHit, hint_terms: dict[str, dict[str, str]]) -> list[t
     return matches
 
 
-def candidates_df(final_hits: list[tuple[str, SearchHit]], l0_hints: L0Hints) -> pd.DataFrame:
-    """Evidence candidates with identity fields and hit reasons (vector attempt + L0 matches)."""
+def _final_hits(retrieval_attempts: list[SearchAttempt]) -> list[tuple[str, SearchHit]]:
+    """Usable hits of every attempt, tagged with the attempt that found them, best first.
+
+    After a retry the filtered hits stay candidates too: they share the metric, and evidence-key
+    dedup merges a chunk found by both attempts into one block with both hit reasons.
+    """
+    tagged = [(attempt.kind, hit) for attempt in retrieval_attempts for hit in attempt.usable]
+    return sorted(tagged, key=lambda pair: -pair[1].normalized_score)
+
+
+def candidates_df(retrieval_attempts: list[SearchAttempt], l0_hints: L0Hints) -> pd.DataFrame:
+    """The final hit list as evidence candidates: identity fields and hit reasons (vector
+    attempt + L0 matches), best first."""
     hint_terms = _hint_terms(l0_hints)
     rows = []
-    for rank, (attempt, hit) in enumerate(final_hits, start=1):
+    for rank, (attempt, hit) in enumerate(_final_hits(retrieval_attempts), start=1):
         matches = _l0_matches(hit, hint_terms)
         payload = hit.payload
         rows.append({

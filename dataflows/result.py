@@ -17,8 +17,9 @@ from lookup_knowledge.contract import (
     RerankEntry,
     RerankTrace,
     RetrievalTrace,
+    evidence_domains,
 )
-from lookup_knowledge.frames import records
+from lookup_knowledge.frames import column_values, records
 
 from .retrieval import FallbackDecision, SearchAttempt
 
@@ -34,7 +35,7 @@ MESSAGES = {
 }
 
 
-def evidence_status(
+def _evidence_status(
     retrieval_attempts: list[SearchAttempt], evidence_blocks: list[EvidenceBlock]
 ) -> EvidenceStatus:
     """``evidence``; ``retrieval_failed`` when every search raised; else ``no_evidence``."""
@@ -43,12 +44,6 @@ def evidence_status(
     if retrieval_attempts and all(a.error is not None for a in retrieval_attempts):
         return "retrieval_failed"
     return "no_evidence"
-
-
-def evidence_domains(evidence_blocks: list[EvidenceBlock]) -> list[str]:
-    """Distinct domains of the returned evidence, in first-seen order."""
-    domains = (d.strip() for b in evidence_blocks for d in (b.category or "").split(","))
-    return list(dict.fromkeys(d for d in domains if d))
 
 
 def retrieval_trace(
@@ -107,7 +102,7 @@ def rerank_trace(reranked_df: pd.DataFrame, rerank_weights: RerankConfig) -> Rer
     return RerankTrace(weights=rerank_weights.model_dump(), entries=entries)
 
 
-def relevance_level(evidence_blocks: list[EvidenceBlock], reference_threshold: float) -> RelevanceLevel:
+def _relevance_level(evidence_blocks: list[EvidenceBlock], reference_threshold: float) -> RelevanceLevel:
     """``high``/``medium``/``low`` by the best normalized score; ``none`` without evidence."""
     if not evidence_blocks:
         return "none"
@@ -117,13 +112,13 @@ def relevance_level(evidence_blocks: list[EvidenceBlock], reference_threshold: f
     return "medium" if top >= reference_threshold else "low"
 
 
-def completeness_hint(
+def _completeness_hint(
     candidates_df: pd.DataFrame, evidence_blocks: list[EvidenceBlock], context_pack: ContextPack
 ) -> str:
     """Whether the agent sees everything that matched, or a cut of it."""
     if not evidence_blocks:
         return "none: no evidence was returned"
-    unreturned = candidates_df["evidence_key"].nunique() - len(evidence_blocks)
+    unreturned = len(set(column_values(candidates_df, "evidence_key"))) - len(evidence_blocks)
     summary = context_pack.summary
     shortened = len(summary.omitted_sources) + sum(item.truncated for item in context_pack.items)
     if unreturned > 0:
@@ -135,37 +130,37 @@ def completeness_hint(
 
 def lookup_result(
     query: str,
-    evidence_status: EvidenceStatus,
+    retrieval_attempts: list[SearchAttempt],
+    candidates_df: pd.DataFrame,
     evidence_blocks: list[EvidenceBlock],
     context_pack: ContextPack,
     retrieval_trace: RetrievalTrace,
     rerank_trace: RerankTrace,
-    relevance_level: RelevanceLevel,
-    completeness_hint: str,
-    evidence_domains: list[str],
+    reference_threshold: float,
     prior_session_domains: list[str] | None = None,
 ) -> LookupResult:
-    """The assembled result contract."""
-    found = evidence_status == "evidence"
+    """The assembled result contract: status, relevance and completeness derived here."""
+    status = _evidence_status(retrieval_attempts, evidence_blocks)
+    found = status == "evidence"
     if found:
         documents = len({b.doc_id or b.evidence_key for b in evidence_blocks})
         message = f"Found {len(evidence_blocks)} evidence blocks from {documents} documents."
     elif not retrieval_trace.attempts:
         message = MESSAGES["l1_disabled"]
     else:
-        message = MESSAGES[evidence_status]
+        message = MESSAGES[status]
     return LookupResult(
         query=query,
         found=found,
-        evidence_status=evidence_status,
+        evidence_status=status,
         evidence_blocks=evidence_blocks,
         context_pack=context_pack if found else None,
         retrieval_trace=retrieval_trace,
         rerank_trace=rerank_trace if found else None,
-        relevance_level=relevance_level,
-        completeness_hint=completeness_hint,
+        relevance_level=_relevance_level(evidence_blocks, reference_threshold),
+        completeness_hint=_completeness_hint(candidates_df, evidence_blocks, context_pack),
         retrieved_domains_this_session=list(
-            dict.fromkeys([*(prior_session_domains or []), *evidence_domains])
+            dict.fromkeys([*(prior_session_domains or []), *evidence_domains(evidence_blocks)])
         ),
         message=message,
     )

@@ -121,13 +121,3 @@ def retrieval_attempts__l1_disabled() -> list[SearchAttempt]:
 def fallback_decision__l1_disabled() -> FallbackDecision:
     """No fallback without L1."""
     return FallbackDecision(retry=False)
-
-
-def final_hits(retrieval_attempts: list[SearchAttempt]) -> list[tuple[str, SearchHit]]:
-    """Usable hits of every attempt, tagged with the attempt that found them, best first.
-
-    After a retry the filtered hits stay candidates too: they share the metric, and evidence-key
-    dedup merges a chunk found by both attempts into one block with both hit reasons.
-    """
-    tagged = [(attempt.kind, hit) for attempt in retrieval_attempts for hit in attempt.usable]
-    return sorted(tagged, key=lambda pair: -pair[1].normalized_score)

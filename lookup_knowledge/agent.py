@@ -23,8 +23,7 @@ from typing import Any
 
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.config import Config
-from lookup_knowledge.contract import InvocationRecordStatus, LookupResult
-from lookup_knowledge.dataflows.result import evidence_domains
+from lookup_knowledge.contract import InvocationRecordStatus, LookupResult, evidence_domains
 from lookup_knowledge.tool import KnowledgeTool
 
 logger = logging.getLogger(__name__)

@@ -143,3 +143,9 @@ class LookupResult(ContractModel):
     completeness_hint: str
     retrieved_domains_this_session: list[str]
     message: str
+
+
+def evidence_domains(evidence_blocks: list[EvidenceBlock]) -> list[str]:
+    """Distinct domains of the given evidence, in first-seen order."""
+    domains = (d.strip() for b in evidence_blocks for d in (b.category or "").split(","))
+    return list(dict.fromkeys(d for d in domains if d))

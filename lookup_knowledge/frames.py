@@ -3,17 +3,38 @@ overhead, not the data, dominates)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 
-def object_frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
-    """A DataFrame that keeps values as given: object dtype, so None stays None and ints stay ints."""
-    return pd.DataFrame(rows, columns=columns, dtype=object)
+def frame_columns(names: Iterable[str]) -> pd.Index:
+    """A column index to build frames with: object dtype, so no string inference per frame."""
+    return pd.Index(list(names), dtype=object)
+
+
+def object_frame(rows: list[dict[str, Any]], columns: pd.Index) -> pd.DataFrame:
+    """A DataFrame that keeps values as given (None stays None, ints stay ints, lists stay lists).
+
+    One object block filled from a flat iterator: no per-column inference (~10x slower at tens
+    of rows) and no numpy broadcasting of list-valued cells.
+    """
+    row_values = itemgetter(*columns) if len(columns) > 1 else lambda row: (row[columns[0]],)
+    cells = chain.from_iterable(map(row_values, rows))
+    values = np.fromiter(cells, dtype=object, count=len(rows) * len(columns))
+    return pd.DataFrame(values.reshape(len(rows), len(columns)), columns=columns, dtype=object, copy=False)
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as dicts via one array conversion (``to_dict("records")`` indexes every cell: ~30x slower)."""
     columns = frame.columns.tolist()
-    return [dict(zip(columns, row, strict=True)) for row in frame.to_numpy(dtype=object).tolist()]
+    return [dict(zip(columns, row)) for row in frame.to_numpy(dtype=object).tolist()]  # noqa: B905
+
+
+def column_values(frame: pd.DataFrame, column: str) -> list[Any]:
+    """One column's values, without building a Series."""
+    return frame.to_numpy(dtype=object)[:, frame.columns.get_loc(column)].tolist()

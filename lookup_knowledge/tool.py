@@ -25,6 +25,7 @@ from lookup_knowledge.pipeline import (
     NodeTimingHook,
     build_driver,
     dataflow_config,
+    execute_lookup,
     settings_inputs,
 )
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
@@ -62,6 +63,11 @@ class KnowledgeTool:
             "l0_index": self.l0_index,
             **settings_inputs(config),
         }
+        try:  # ports and settings of the wrong type fail here, once, not per call
+            self.driver.validate_execution([FINAL_NODE], inputs=self.dataflow_inputs("validation"))
+        except ValueError:
+            self.close()
+            raise
         self._sessions: dict[str, list[str]] = {}
         self._sessions_lock = threading.Lock()
         threadpool_limits(1, user_api="blas")  # BLAS threads fight torch's on few cores
@@ -101,14 +107,13 @@ class KnowledgeTool:
         ``query_vector``); the executed nodes and their timings go into the trace."""
         self._timing.start()
         try:
-            outputs = self.driver.execute([FINAL_NODE], inputs=inputs, overrides=overrides)
+            result: LookupResult = execute_lookup(self.driver, inputs, overrides)
         except Exception as exc:  # an embedder or store crash must reach the agent as a result
             logger.warning("lookup failed: %s", exc, exc_info=logger.isEnabledFor(logging.DEBUG))
             message = f"Knowledge retrieval failed: {exc}"
             return failure_result(
                 inputs["query"], "retrieval_failed", message, inputs["prior_session_domains"]
             )
-        result: LookupResult = outputs[FINAL_NODE]
         trace = result.retrieval_trace.model_copy(update={"executed_nodes": self._timing.timings()})
         return result.model_copy(update={"retrieval_trace": trace})
 

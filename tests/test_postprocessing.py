@@ -22,15 +22,24 @@ from lookup_knowledge.dataflows.postprocessing import (
     identity_key,
     reranked_df,
 )
+from lookup_knowledge.dataflows.retrieval import SearchAttempt
 
 from lookup_knowledge.config import RerankConfig
 
 NO_HINTS = L0Hints()
 
 
+def attempts(hits) -> list[SearchAttempt]:
+    """``(attempt kind, hit)`` pairs as the searches that found them (every hit usable)."""
+    by_kind: dict[str, list] = {}
+    for kind, hit in hits:
+        by_kind.setdefault(kind, []).append(hit)
+    return [SearchAttempt(kind, None, 20, found, found) for kind, found in by_kind.items()]
+
+
 def dedup(hits, *, cap=2, return_n=20, hints=NO_HINTS):
     """``(attempt, hit)`` pairs through candidates_df and deduped_df."""
-    return deduped_df(candidates_df(hits, hints), cap, return_n)
+    return deduped_df(candidates_df(attempts(hits), hints), cap, return_n)
 
 
 def keys(df: pd.DataFrame) -> list[str]:
@@ -60,7 +69,7 @@ def test_identity_key_falls_back_to_original_rank():
 
 def test_candidates_carry_identity_and_attempt_reason():
     df = candidates_df(
-        [("filtered", make_hit("a", 1, 0.9)), ("unfiltered", make_hit(None, None, 0.8))],
+        attempts([("filtered", make_hit("a", 1, 0.9)), ("unfiltered", make_hit(None, None, 0.8))]),
         NO_HINTS,
     )
     assert keys(df) == ["a#chunk-1", "rank:2"]
@@ -211,10 +220,12 @@ def rerank(hits, weights=WEIGHTS, hints=RICH_HINTS):
 
 def test_l0_hint_matching_a_candidate_is_its_hit_reason():
     df = candidates_df(
-        [
-            ("filtered", make_hit("a", 0, 0.9, payload=RICH_PAYLOAD)),
-            ("filtered", make_hit("b", 0, 0.8, payload={"category": ["security"]})),
-        ],
+        attempts(
+            [
+                ("filtered", make_hit("a", 0, 0.9, payload=RICH_PAYLOAD)),
+                ("filtered", make_hit("b", 0, 0.8, payload={"category": ["security"]})),
+            ]
+        ),
         RICH_HINTS,
     )
     assert sorted(df.iloc[0]["hit_reasons"]) == [

@@ -354,3 +354,12 @@ def test_tool_is_a_context_manager_over_a_hamilton_driver(small_corpus, tmp_path
     with KnowledgeTool(config, embedder=embedder) as reopened:  # released on exit
         result = reopened.lookup("How long do customers have to request a refund?")
         assert result.evidence_blocks[0].doc_id == "refunds"
+
+
+def test_injected_port_of_the_wrong_type_fails_when_the_tool_is_built(small_corpus, tmp_path, embedder):
+    config = config_for(tmp_path / "store")
+    ingest(small_corpus, config, embedder=embedder)
+    with pytest.raises(ValueError, match="l0_index"):
+        KnowledgeTool(config, embedder=embedder, l0_index="not an index")  # type: ignore[arg-type]
+    with KnowledgeTool(config, embedder=embedder) as tool:  # the failed build released the store
+        assert tool.lookup("How long do customers have to request a refund?").found is True
