@@ -71,6 +71,7 @@ def main() -> int:
         for text in queries[: args.warmup]:
             floor(text)
             tool.lookup(text)
+        per_node: dict[str, list[float]] = {}
         rows: dict[str, list[float]] = {
             k: [] for k in ("floor", "total", "embedding", "search", "postprocessing", "hamilton_overhead")
         }
@@ -80,6 +81,8 @@ def main() -> int:
             result = tool.lookup(text)
             total = (time.perf_counter() - start) * 1000
             nodes = {n.name: n.ms for n in result.retrieval_trace.executed_nodes}
+            for name, ms in nodes.items():
+                per_node.setdefault(name, []).append(ms)
             rows["total"].append(total)
             rows["embedding"].append(nodes["query_vector"])
             rows["search"].append(sum(ms for n, ms in nodes.items() if n in SEARCH_NODES))
@@ -121,6 +124,7 @@ def main() -> int:
                 "queries": len(queries),
                 "chunks": report.points_in_store,
                 "stages": summary,
+                "nodes_p50_ms": {name: statistics.median(v) for name, v in per_node.items()},
                 "end_to_end_over_floor_p50": ratio,
                 "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
             },

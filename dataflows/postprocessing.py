@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pandas as pd
 from lookup_knowledge.adapters.l0_index import L0Hints, normalize
 from lookup_knowledge.adapters.search import SearchHit, identity_key
@@ -27,23 +29,24 @@ CANDIDATE_COLUMNS = frame_columns([
 RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
 
 
-def _hint_terms(l0_hints: L0Hints) -> dict[str, dict[str, str]]:
-    """Hint kind -> normalized term -> the term as written."""
+def _hint_terms(l0_hints: L0Hints) -> list[tuple[str, str, dict[str, str]]]:
+    """(hint kind, payload field, normalized term -> the term as written) for each kind with hints."""
     lists = {
         "domain": l0_hints.domains,
         "entity": l0_hints.entities,
         "keyword": l0_hints.matched_keywords,
         "title": l0_hints.matched_titles,
     }
-    return {kind: {normalize(t): t for t in terms} for kind, terms in lists.items()}
+    return [
+        (kind, _HINT_KINDS[kind][0], {normalize(t): t for t in terms})
+        for kind, terms in lists.items()
+        if terms
+    ]
 
 
-def _l0_matches(hit: SearchHit, hint_terms: dict[str, dict[str, str]]) -> list[tuple[str, str]]:
+def _l0_matches(hit: SearchHit, hint_terms: list[tuple[str, str, dict[str, str]]]) -> list[tuple[str, str]]:
     matches = []
-    for kind, (field, _) in _HINT_KINDS.items():
-        terms = hint_terms[kind]
-        if not terms:
-            continue
+    for kind, field, terms in hint_terms:
         values = hit.payload.get(field) or ()
         for value in [values] if isinstance(values, str) else values:
             if (term := terms.get(normalize(value))) is not None:
@@ -88,18 +91,23 @@ def deduped_df(
 ) -> pd.DataFrame:
     """Score-sorted candidates, one per evidence key (reasons merged), capped per document, cut."""
     ordered = sorted(records(candidates_df), key=lambda c: (-c["normalized_score"], c["original_rank"]))
-    unique: dict[str, dict] = {}
+    kept: dict[str, dict] = {}
+    left_out: set[str] = set()
+    per_document: Counter[str] = Counter()
     for candidate in ordered:
-        kept = unique.setdefault(candidate["evidence_key"], {**candidate, "hit_reasons": []})
-        kept["hit_reasons"] += [r for r in candidate["hit_reasons"] if r not in kept["hit_reasons"]]
-    per_document: dict[str, int] = {}
-    kept_blocks = []
-    for candidate in unique.values():
-        document = candidate["doc_id"] or candidate["evidence_key"]
-        per_document[document] = per_document.get(document, 0) + 1
-        if max_chunks_per_document is None or per_document[document] <= max_chunks_per_document:
-            kept_blocks.append(candidate)
-    return object_frame(kept_blocks[:return_n], CANDIDATE_COLUMNS)
+        key = candidate["evidence_key"]
+        if key in kept:  # a lower-ranked copy of a kept block: only its reasons count
+            reasons = kept[key]["hit_reasons"]
+            reasons += [r for r in candidate["hit_reasons"] if r not in reasons]
+        elif key not in left_out:
+            document = candidate["doc_id"] or key
+            per_document[document] += 1
+            capped = max_chunks_per_document is not None and per_document[document] > max_chunks_per_document
+            if capped or len(kept) >= return_n:
+                left_out.add(key)
+            else:
+                kept[key] = {**candidate, "hit_reasons": list(candidate["hit_reasons"])}
+    return object_frame(list(kept.values()), CANDIDATE_COLUMNS)
 
 
 def reranked_df(deduped_df: pd.DataFrame, rerank_weights: RerankConfig) -> pd.DataFrame:
@@ -110,7 +118,9 @@ def reranked_df(deduped_df: pd.DataFrame, rerank_weights: RerankConfig) -> pd.Da
         score = rerank_weights.vector * candidate["normalized_score"] + sum(c for _, c in boosts)
         scored.append({**candidate, "boosts": boosts, "rerank_score": score})
     scored.sort(key=lambda c: (-c["rerank_score"], -c["normalized_score"], c["evidence_key"]))
-    return object_frame([{**c, "rank": rank} for rank, c in enumerate(scored, start=1)], RERANK_COLUMNS)
+    for rank, candidate in enumerate(scored, start=1):
+        candidate["rank"] = rank
+    return object_frame(scored, RERANK_COLUMNS)
 
 
 def _boosts(

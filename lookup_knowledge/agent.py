@@ -229,7 +229,7 @@ def retrieval_details(result: LookupResult) -> dict[str, Any]:
         "completenessHint": result.completeness_hint,
         "retrievedDomainsThisSession": result.retrieved_domains_this_session,
         "message": result.message,
-        "executedNodes": [dump(node) for node in trace.executed_nodes] if trace else [],
+        "executedNodes": dump(trace, include={"executed_nodes"})["executedNodes"] if trace else [],
     }
 
 

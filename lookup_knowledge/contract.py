@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -78,7 +79,10 @@ class AttemptTrace(ContractModel):
     error: str | None
 
 
-class NodeTiming(ContractModel):
+@dataclass(frozen=True, slots=True)
+class NodeTiming:
+    """One executed DAG node and its wall time (a plain dataclass: built per node per lookup)."""
+
     name: str
     ms: float
 

@@ -6,8 +6,8 @@ import threading
 import time
 from typing import Any
 
-from hamilton import base, driver
-from hamilton.lifecycle import NodeExecutionHook
+from hamilton import base, driver, node
+from hamilton.lifecycle.base import BasePostNodeExecute, BasePreNodeExecute
 
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import NodeTiming
@@ -28,8 +28,12 @@ VARIANTS: dict[str, dict[str, bool]] = {
 }
 
 
-class NodeTimingHook(NodeExecutionHook):
-    """Records which nodes executed, in order, with wall time, per calling thread."""
+class NodeTimingHook(BasePreNodeExecute, BasePostNodeExecute):
+    """Records which nodes executed, in order, with wall time, per calling thread.
+
+    Built on Hamilton's base node hooks rather than ``NodeExecutionHook``, which assembles tags,
+    kwargs and input types for every node before calling it: ~60 us per lookup for two fields.
+    """
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -40,18 +44,18 @@ class NodeTimingHook(NodeExecutionHook):
         self._local.started = {}
 
     def timings(self) -> list[NodeTiming]:
-        """This thread's executed nodes, in order (built unvalidated: names and floats by construction)."""
-        recorded = getattr(self._local, "timings", [])
-        return [NodeTiming.model_construct(name=n, ms=round(ms, 4)) for n, ms in recorded]
+        """This thread's executed nodes, in order."""
+        return [NodeTiming(name, round(ms, 4)) for name, ms in getattr(self._local, "timings", [])]
 
-    def run_before_node_execution(self, *, node_name: str, **_: Any) -> None:
+    def pre_node_execute(self, *, node_: node.Node, **_: Any) -> None:
         if not hasattr(self._local, "started"):
             self.start()
-        self._local.started[node_name] = time.perf_counter()
+        self._local.started[node_.name] = time.perf_counter()
 
-    def run_after_node_execution(self, *, node_name: str, **_: Any) -> None:
-        elapsed = time.perf_counter() - self._local.started.pop(node_name)
-        self._local.timings.append((node_name, elapsed * 1000))
+    def post_node_execute(self, *, node_: node.Node, **_: Any) -> None:
+        name = node_.name
+        elapsed = time.perf_counter() - self._local.started.pop(name)
+        self._local.timings.append((name, elapsed * 1000))
 
 
 def dataflow_config(config: Config) -> dict[str, bool]:

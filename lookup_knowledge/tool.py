@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
-import unicodedata
 from typing import Any
 
 from threadpoolctl import threadpool_limits
@@ -31,6 +31,8 @@ from lookup_knowledge.pipeline import (
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
 
 logger = logging.getLogger(__name__)
+_SURROGATE = re.compile("[\ud800-\udfff]")  # Unicode category Cs: what invalid UTF-8 decodes to
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # category Cc except tab, LF, CR
 
 
 class KnowledgeTool:
@@ -165,10 +167,9 @@ def query_problem(query: Any, max_chars: int) -> str | None:
         return "the query is empty"
     if len(query) > max_chars:
         return f"the query has {len(query)} characters; the limit is {max_chars} (retrieval.max_query_chars)"
-    categories = {unicodedata.category(ch) for ch in query if ch not in "\t\n\r"}
-    if "Cs" in categories:
+    if _SURROGATE.search(query):
         return "the query is not valid UTF-8 text"
-    if "Cc" in categories:
+    if _CONTROL.search(query):
         return "the query contains control characters"
     return None
 
