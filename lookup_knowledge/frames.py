@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+_OBJECT = np.dtype(object)  # a numpy dtype, not ``object``: pandas then skips its dtype-registry lookup
+
 
 def frame_columns(names: Iterable[str]) -> pd.Index:
     """A column index to build frames with: object dtype, so no string inference per frame."""
@@ -25,16 +27,16 @@ def object_frame(rows: list[dict[str, Any]], columns: pd.Index) -> pd.DataFrame:
     """
     row_values = itemgetter(*columns) if len(columns) > 1 else lambda row: (row[columns[0]],)
     cells = chain.from_iterable(map(row_values, rows))
-    values = np.fromiter(cells, dtype=object, count=len(rows) * len(columns))
-    return pd.DataFrame(values.reshape(len(rows), len(columns)), columns=columns, dtype=object, copy=False)
+    values = np.fromiter(cells, dtype=_OBJECT, count=len(rows) * len(columns))
+    return pd.DataFrame(values.reshape(len(rows), len(columns)), columns=columns, dtype=_OBJECT, copy=False)
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as dicts via one array conversion (``to_dict("records")`` indexes every cell: ~30x slower)."""
     columns = frame.columns.tolist()
-    return [dict(zip(columns, row)) for row in frame.to_numpy(dtype=object).tolist()]  # noqa: B905
+    return [dict(zip(columns, row)) for row in frame.to_numpy(dtype=_OBJECT).tolist()]  # noqa: B905
 
 
 def column_values(frame: pd.DataFrame, column: str) -> list[Any]:
     """One column's values, without building a Series."""
-    return frame.to_numpy(dtype=object)[:, frame.columns.get_loc(column)].tolist()
+    return frame.to_numpy(dtype=_OBJECT)[:, frame.columns.get_loc(column)].tolist()
