@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any
@@ -21,6 +22,7 @@ from lookup_knowledge.dataflows import (
 
 DATAFLOW_MODULES = (query_understanding, retrieval, postprocessing, context, result)
 FINAL_NODE = "lookup_result"
+_RUN_IDS = itertools.count()
 VARIANTS: dict[str, dict[str, bool]] = {
     "default": {"l0_enabled": True, "l1_enabled": True},
     "l1_disabled": {"l0_enabled": True, "l1_enabled": False},
@@ -85,7 +87,9 @@ def execute_lookup(
     same function graph runs here, with the same lifecycle adapters (the node timings included).
     """
     graph = dataflow.graph
-    computed = graph.execute([graph.nodes[FINAL_NODE]], overrides=overrides or {}, inputs=inputs)
+    run_id = f"lookup-{next(_RUN_IDS)}"  # unique in the process, without uuid4's urandom call
+    final = [graph.nodes[FINAL_NODE]]
+    computed = graph.execute(final, overrides=overrides or {}, inputs=inputs, run_id=run_id)
     return computed[FINAL_NODE]
 
 
