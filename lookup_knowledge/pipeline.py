@@ -43,21 +43,19 @@ class NodeTimingHook(BasePreNodeExecute, BasePostNodeExecute):
     def start(self) -> None:
         """Begin a new record for this thread's next execution."""
         self._local.timings = []
-        self._local.started = {}
 
     def timings(self) -> list[NodeTiming]:
         """This thread's executed nodes, in order."""
-        return [NodeTiming(name, round(ms, 4)) for name, ms in getattr(self._local, "timings", [])]
+        recorded = getattr(self._local, "timings", [])
+        return [NodeTiming(node_.name, round(seconds * 1000, 4)) for node_, seconds in recorded]
 
     def pre_node_execute(self, *, node_: node.Node, **_: Any) -> None:
-        if not hasattr(self._local, "started"):
+        if not hasattr(self._local, "timings"):
             self.start()
-        self._local.started[node_.name] = time.perf_counter()
+        self._local.started = time.perf_counter()  # nodes of one thread's execution never nest
 
     def post_node_execute(self, *, node_: node.Node, **_: Any) -> None:
-        name = node_.name
-        elapsed = time.perf_counter() - self._local.started.pop(name)
-        self._local.timings.append((name, elapsed * 1000))
+        self._local.timings.append((node_, time.perf_counter() - self._local.started))
 
 
 def dataflow_config(config: Config) -> dict[str, bool]:
