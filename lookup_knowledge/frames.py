@@ -34,7 +34,7 @@ def object_frame(rows: list[dict[str, Any]], columns: pd.Index) -> pd.DataFrame:
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as dicts via one array conversion (``to_dict("records")`` indexes every cell: ~30x slower)."""
     columns = frame.columns.tolist()
-    return [dict(zip(columns, row)) for row in frame.to_numpy(dtype=_OBJECT).tolist()]  # noqa: B905
+    return [dict(zip(columns, row, strict=False)) for row in frame.to_numpy(dtype=_OBJECT).tolist()]
 
 
 def column_values(frame: pd.DataFrame, column: str) -> list[Any]:
