@@ -18,7 +18,7 @@ from pathlib import Path
 
 import qdrant_edge as qe
 from rich.console import Console
-from rich.progress import track
+from rich.progress import Progress
 from rich.table import Table
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
@@ -78,7 +78,13 @@ def main() -> int:
         per_node: dict[str, list[float]] = {}
         stages = ["floor_encode", "floor", "total", "embedding", "search", "postprocessing"]
         rows: dict[str, list[float]] = {name: [] for name in [*stages, "hamilton_overhead"]}
-        for text in track(queries * args.rounds, description="lookups", console=console):
+        # Progress is redrawn between lookups, never from a refresh thread that would compete for
+        # the GIL and the second core while a lookup is being timed.
+        progress = Progress(console=console, auto_refresh=False)
+        task = progress.add_task("lookups", total=len(queries) * args.rounds)
+        progress.start()
+        for i, text in enumerate(queries * args.rounds):
+            progress.update(task, completed=i, refresh=i % 20 == 0)
             encode_ms, floor_ms = floor(text)
             rows["floor_encode"].append(encode_ms)
             rows["floor"].append(floor_ms)
@@ -93,6 +99,8 @@ def main() -> int:
             rows["search"].append(sum(ms for n, ms in nodes.items() if n in SEARCH_NODES))
             rows["postprocessing"].append(sum(ms for n, ms in nodes.items() if n in POSTPROCESSING_NODES))
             rows["hamilton_overhead"].append(total - sum(nodes.values()))
+        progress.update(task, completed=len(queries) * args.rounds, refresh=True)
+        progress.stop()
         other = [
             t - e - s - p - h
             for t, e, s, p, h in zip(
