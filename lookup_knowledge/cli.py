@@ -17,10 +17,11 @@ from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.agent import AgentLookup, invocation_db_url, invocation_row
 from lookup_knowledge.config import Config, ConfigError, load_config
+from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.display import print_result
 from lookup_knowledge.eval_cli import register as register_eval_commands
 from lookup_knowledge.ingest import IngestReport, ingest
-from lookup_knowledge.render import render_execution, render_variants
+from lookup_knowledge.render import GRAPHVIZ_HINT, render_execution, render_variants
 from lookup_knowledge.tool import failure_result, query_problem
 
 app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
@@ -94,8 +95,13 @@ def query_command(
     config: ConfigOption = None,
     overrides: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly the contract JSON.")] = False,
+    indent: Annotated[
+        int | None,
+        typer.Option("--indent", min=0, help="JSON indent (default: 2 on a terminal, else one line)."),
+    ] = None,
     explain: Annotated[
-        Path | None, typer.Option("--explain", help="Render the executed DAG path to FILE.png/.svg.")
+        Path | None,
+        typer.Option("--explain", help="Draw the executed DAG path to FILE (.png, .svg or .dot)."),
     ] = None,
     session: Annotated[str | None, typer.Option("--session", help="Session id.")] = None,
     no_record: Annotated[
@@ -115,17 +121,31 @@ def query_command(
         _fail(str(exc), code=1)
     with agent:
         result = agent.call(text, session_id=session)
+        if as_json:
+            _print_json(result.model_dump(by_alias=True, mode="json"), indent)
+        else:
+            print_result(console, result)
         if explain is not None:
-            inputs = agent.tool.dataflow_inputs(text)
-            written = render_execution(agent.tool, result, inputs, explain)
-            errors.print(f"executed path rendered to {written}")
-    if as_json:
-        sys.stdout.write(json.dumps(result.model_dump(by_alias=True, mode="json"), ensure_ascii=False))
-        sys.stdout.write("\n")
-    else:
-        print_result(console, result)
+            _explain(agent, result, text, explain)
     if result.evidence_status == "retrieval_failed":
         raise typer.Exit(1)
+
+
+def _explain(agent: AgentLookup, result: LookupResult, text: str, path: Path) -> None:
+    """Draw the executed path after the result is printed; a drawing problem is one line, not a failure."""
+    try:
+        drawn = render_execution(agent.tool, result, agent.tool.dataflow_inputs(text), path)
+    except (ValueError, OSError) as exc:
+        errors.print(f"[yellow]executed path not drawn:[/] {exc}", highlight=False, soft_wrap=True)
+        return
+    if drawn.images_skipped:
+        errors.print(
+            f"Graphviz `dot` not found: wrote the DOT source to {drawn.written[0]}; {GRAPHVIZ_HINT}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    else:
+        errors.print(f"executed path drawn to {drawn.written[0]}", highlight=False, soft_wrap=True)
 
 
 def _record_rejection(settings: Config, text: str, session: str | None, problem: str) -> None:
@@ -144,9 +164,19 @@ def _record_rejection(settings: Config, text: str, session: str | None, problem:
 def render_command(
     out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("visualizations"),
 ) -> None:
-    """Render the lookup DAG and each config variant as SVG and PNG (offline, graphviz)."""
-    for path in render_variants(out):
-        console.print(f"wrote {path}")
+    """Write the lookup DAG and each config variant as DOT and Mermaid, plus SVG/PNG with Graphviz."""
+    try:
+        report = render_variants(out)
+    except OSError as exc:
+        _fail(f"cannot write diagrams to {out}: {exc}", code=1)
+    for path in report.written:
+        console.print(f"wrote {path}", highlight=False)
+    if report.images_skipped:
+        errors.print(
+            f"Graphviz `dot` not found: wrote DOT and Mermaid (.mmd) only; {GRAPHVIZ_HINT}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 invocations_app = typer.Typer(
@@ -247,8 +277,11 @@ def _print_invocation(row: Invocation) -> None:
     console.print(JSON.from_data(row.retrieval_details, ensure_ascii=False))
 
 
-def _print_json(data: object) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False))
+def _print_json(data: object, indent: int | None = None) -> None:
+    """JSON on stdout: indented on a terminal unless ``indent`` says otherwise, else one line."""
+    if indent is None and sys.stdout.isatty():
+        indent = 2
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=indent or None))
     sys.stdout.write("\n")
 
 

@@ -1,8 +1,14 @@
-"""Offline DAG diagrams (graphviz): every config variant, and one query's executed path."""
+"""DAG diagrams: DOT and Mermaid source in pure Python; PNG/SVG when Graphviz's ``dot`` is installed.
+
+The source formats need no system binary, so a fresh machine can always write (and review) the
+DAG; images are an extra that needs the ``dot`` program from Graphviz.
+"""
 
 from __future__ import annotations
 
 import re
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,45 +17,94 @@ import graphviz
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.pipeline import FINAL_NODE, VARIANTS, build_driver
 
-FORMATS = ("svg", "png")
-_SVG_TITLE = re.compile(r"<title>(.*?)</title>")
+SOURCE_FORMATS = ("dot", "mmd")
+IMAGE_FORMATS = ("svg", "png")
+GRAPHVIZ_HINT = "for PNG/SVG install Graphviz (apt install graphviz, brew install graphviz)"
+_CONFIG_LABEL = re.compile(r"<b>(\w+): ([\w, ]+)</b>")
+_DOT_NODE = re.compile(r'^\s*"?([\w.]+)"?\s*\[', re.MULTILINE)
+_DOT_EDGE = re.compile(r'^\s*"?([\w.]+)"?\s*->\s*"?([\w.]+)"?', re.MULTILINE)
+_DOT_NOT_NODES = {"graph", "node", "edge", "config", "input", "function"}  # attributes, legend
+
+
+@dataclass
+class RenderReport:
+    """Files written by a render, and whether images were skipped for want of ``dot``."""
+
+    written: list[Path] = field(default_factory=list)
+    images_skipped: bool = False
+
+
+def has_graphviz() -> bool:
+    """Whether Graphviz's ``dot`` program is on the PATH (needed for PNG/SVG only)."""
+    return shutil.which("dot") is not None
 
 
 def variant_graph(variant: str) -> graphviz.Digraph:
-    """The full DAG of one config variant (``default``, ``l1_disabled``, ``l0_disabled``)."""
-    return build_driver(VARIANTS[variant]).display_all_functions(orient="TB", show_legend=True)
+    """The full DAG of one config variant (``default``, ``l1_disabled``, ``l0_disabled``).
+
+    Hamilton labels a ``@config.when`` node with the config key alone (``retrieval_attempts:
+    l1_enabled`` even where the variant has ``l1_enabled=False``); the label says the value.
+    """
+    settings = VARIANTS[variant]
+    graph = build_driver(settings).display_all_functions(orient="TB", show_legend=True)
+    graph.body = [_CONFIG_LABEL.sub(lambda m: _config_label(m, settings), line) for line in graph.body]
+    graph.attr(label=f"lookup DAG: {variant}", labelloc="t", fontname="Helvetica")
+    return graph
 
 
-def render_variants(out_dir: str | Path) -> list[Path]:
-    """Write each variant's DAG as SVG and PNG into ``out_dir``; returns the files written."""
+def _config_label(match: re.Match[str], settings: dict[str, bool]) -> str:
+    condition = ", ".join(f"{key.strip()}={settings.get(key.strip())}" for key in match[2].split(","))
+    return f"<b>{match[1]}</b><br /><i>when {condition}</i>"
+
+
+def mermaid_source(variant: str) -> str:
+    """The DAG of one variant as a Mermaid flowchart (renders in GitHub/GitLab pull requests)."""
+    variables = build_driver(VARIANTS[variant]).list_available_variables()
+    lines = ["flowchart TB", f"  %% lookup DAG: {variant}"]
+    for var in sorted(variables, key=lambda v: v.name):
+        if var.is_external_input and var.name in VARIANTS[variant]:
+            continue  # config switches are shown on the nodes they select, not as inputs
+        shape = f'[/"{var.name}"/]' if var.is_external_input else f'("{var.name}")'
+        lines.append(f"  {var.name}{shape}")
+    for var in sorted(variables, key=lambda v: v.name):
+        for dependency in sorted(var.required_dependencies):
+            lines.append(f"  {dependency} --> {var.name}")
+        for dependency in sorted(var.optional_dependencies):
+            lines.append(f"  {dependency} -.-> {var.name}")
+    return "\n".join(lines) + "\n"
+
+
+def render_variants(out_dir: str | Path, images: bool | None = None) -> RenderReport:
+    """Write each variant's DAG as DOT and Mermaid, plus SVG and PNG when ``dot`` is installed."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = []
+    images = has_graphviz() if images is None else images
+    report = RenderReport(images_skipped=not images)
     for variant in VARIANTS:
         graph = variant_graph(variant)
-        for fmt in FORMATS:
-            path = out / f"lookup_dag_{variant}.{fmt}"
+        stem = out / f"lookup_dag_{variant}"
+        report.written.append(_write(stem.with_suffix(".dot"), graph.source))
+        report.written.append(_write(stem.with_suffix(".mmd"), mermaid_source(variant)))
+        for fmt in IMAGE_FORMATS if images else ():
+            path = stem.with_suffix(f".{fmt}")
             path.write_bytes(graph.pipe(format=fmt))
-            written.append(path)
-    return written
+            report.written.append(path)
+    return report
 
 
-def svg_node_edge_set(svg: str) -> tuple[set[str], set[tuple[str, str]]]:
-    """Node names and edges read back from a graphviz SVG (for checking diagrams are current)."""
-    nodes: set[str] = set()
-    edges: set[tuple[str, str]] = set()
-    for title in _SVG_TITLE.findall(svg):
-        title = title.replace("&#45;", "-").replace("&gt;", ">").replace("&amp;", "&")
-        if "->" in title:
-            source, target = title.split("->", 1)
-            edges.add((source, target))
-        elif title not in {"%3", "G"} and not title.startswith("cluster"):
-            nodes.add(title)
-    return nodes, edges
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
-def render_execution(tool: Any, result: LookupResult, inputs: dict[str, Any], path: str | Path) -> Path:
-    """Render the DAG path a query executed, marking whether the fallback branch ran."""
+def dot_node_edge_set(source: str) -> tuple[set[str], set[tuple[str, str]]]:
+    """Node names and edges read from DOT source (to check that committed diagrams are current)."""
+    nodes = {name for name in _DOT_NODE.findall(source) if name not in _DOT_NOT_NODES}
+    return nodes, set(_DOT_EDGE.findall(source))
+
+
+def execution_graph(tool: Any, result: LookupResult, inputs: dict[str, Any]) -> graphviz.Digraph:
+    """The DAG path a query executed, titled with the query, filter and fallback decision."""
     graph = tool.driver.visualize_execution([FINAL_NODE], inputs=inputs, orient="TB", bypass_validation=True)
     trace = result.retrieval_trace
     ran = {timing.name: timing.ms for timing in trace.executed_nodes} if trace else {}
@@ -61,8 +116,32 @@ def render_execution(tool: Any, result: LookupResult, inputs: dict[str, Any], pa
     elif "unfiltered_hits" in ran:
         label = "unfiltered_hits\n(no retry)"
         graph.node("unfiltered_hits", label=label, style="dashed", color="gray", fontcolor="gray")
+    graph.attr(label=_execution_title(result), labelloc="t", fontname="Helvetica")
+    return graph
+
+
+def _execution_title(result: LookupResult) -> str:
+    query = result.query if len(result.query) <= 80 else result.query[:79] + "…"
+    trace = result.retrieval_trace
+    category = trace.category_filter if trace else None
+    fallback = (trace.fallback_reason if trace else None) or "none"
+    return f"query: {query}\nfilter: {category or 'none'} | fallback: {fallback} | {result.evidence_status}"
+
+
+def render_execution(
+    tool: Any, result: LookupResult, inputs: dict[str, Any], path: str | Path
+) -> RenderReport:
+    """Write the executed path to ``path`` in the format its suffix names (``.png``, ``.svg``, ...;
+    ``.dot`` for the source). Without ``dot`` an image request writes the DOT source beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fmt = path.suffix.lstrip(".") or "png"
+    graph = execution_graph(tool, result, inputs)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    if fmt not in graphviz.FORMATS:
+        raise ValueError(f"cannot draw {path.name}: use .png, .svg, .pdf or .dot")
+    if fmt in {"dot", "gv"}:
+        return RenderReport([_write(path, graph.source)])
+    if not has_graphviz():
+        return RenderReport([_write(path.with_suffix(".dot"), graph.source)], images_skipped=True)
     path.write_bytes(graph.pipe(format=fmt))
-    return path
+    return RenderReport([path])
