@@ -3,7 +3,6 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 LK     := $(BIN)/lookup-knowledge
-DEMO   := --set store.path=.lookup-knowledge/demo
 
 .PHONY: install dev demo test lint render clean
 
@@ -24,10 +23,10 @@ install: $(VENV)/.installed
 dev: $(VENV)/.dev-installed
 
 demo: install
-	$(LK) ingest lookup_knowledge/sample_kb $(DEMO)
-	$(LK) query "Who must approve a refund above 500 EUR?" $(DEMO)
-	$(LK) query "如何申请增值税专用发票" $(DEMO)
-	$(LK) query "PCI DSS rules for card data in the payments.events Kafka topic" $(DEMO) --json
+	$(LK) ingest lookup_knowledge/sample-kb
+	$(LK) query "Who must approve a refund above 500 EUR?"
+	$(LK) query "如何申请增值税专用发票"
+	$(LK) query "PCI DSS rules for card data in the payments.events Kafka topic" --json
 
 test: dev
 	$(BIN)/python -m pytest

@@ -1,10 +1,11 @@
 """The L0 index: frontmatter hints (titles, keywords, domains, entities) per document.
 
 L0 output is hint data, never evidence. Matching is case-insensitive and NFKC-normalized:
-whole words for space-separated scripts, substrings for scripts written without spaces.
+whole words (English words by their stem) for space-separated scripts, substrings for scripts
+written without spaces.
 
 >>> index = L0Index([L0Document("refunds", "Refund Policy", ("chargeback",), ("payments",), ())])
->>> index.match("How do I handle a Chargeback?").domains
+>>> index.match("Who approves Chargebacks?").domains
 ['payments']
 """
 
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
 
+import snowballstemmer
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -29,6 +31,8 @@ _UNSPACED = re.compile(
     "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
 )
 _WORD = re.compile(r"\w+")
+_LATIN_WORD = re.compile(r"[a-z]+")
+_STEMMER = snowballstemmer.stemmer("english")
 
 
 @lru_cache(maxsize=16384)  # payload titles and categories repeat across lookups
@@ -38,7 +42,14 @@ def normalize(text: str) -> str:
 
 
 def _words(normalized: str) -> list[str]:
-    return _WORD.findall(_UNSPACED.sub(" ", normalized))
+    """Words of spaced scripts, English words reduced to their Snowball stem ("refunds" ->
+    "refund"), as BM25 analyzers do, so simple inflections of a term still match it."""
+    return [_stem(word) for word in _WORD.findall(_UNSPACED.sub(" ", normalized))]
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    return _STEMMER.stemWord(word) if _LATIN_WORD.fullmatch(word) else word
 
 
 @dataclass(frozen=True, slots=True)

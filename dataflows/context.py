@@ -57,11 +57,12 @@ def context_pack(evidence_blocks: list[EvidenceBlock], context_budget_chars: int
                 truncated=truncated,
             )
         )
+    included = _unique(item.source or item.evidence_key for item in items)
+    cut = _unique(b.source or b.evidence_key for b in evidence_blocks if b.evidence_key in omitted)
     summary = ContextPackSummary(
-        included_sources=_unique(item.source or item.evidence_key for item in items),
-        omitted_sources=_unique(
-            b.source or b.evidence_key for b in evidence_blocks if b.evidence_key in omitted
-        ),
+        included_sources=included,
+        partially_included_sources=[source for source in cut if source in included],
+        omitted_sources=[source for source in cut if source not in included],
         duplicate_keys=duplicates,
         chars_used=used,
         budget_chars=context_budget_chars,

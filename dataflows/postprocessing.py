@@ -9,8 +9,8 @@ from lookup_knowledge.adapters.l0_index import L0Hints, normalize
 from lookup_knowledge.adapters.search import SearchHit, identity_key
 
 from lookup_knowledge.config import RerankConfig
-from lookup_knowledge.contract import EvidenceBlock
-from lookup_knowledge.frames import frame_columns, object_frame, records
+from lookup_knowledge.contract import CappedChunk, EvidenceBlock, EvidenceCuts
+from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
 
 from .retrieval import SearchAttempt
 
@@ -26,7 +26,9 @@ CANDIDATE_COLUMNS = frame_columns([
     "categories", "doc_type", "content", "score", "normalized_score", "original_rank",
     "hit_reasons", "l0_matches",
 ])  # fmt: skip
+SCREENED_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "left_out"])
 RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
+MAX_LISTED_CUTS = 10  # capped chunks named in the trace; the counts cover all of them
 
 
 def _hint_terms(l0_hints: L0Hints) -> list[tuple[str, str, dict[str, str]]]:
@@ -86,28 +88,67 @@ def candidates_df(retrieval_attempts: list[SearchAttempt], l0_hints: L0Hints) ->
     return object_frame(rows, CANDIDATE_COLUMNS)
 
 
-def deduped_df(
-    candidates_df: pd.DataFrame, max_chunks_per_document: int | None, return_n: int
+def screened_df(
+    candidates_df: pd.DataFrame,
+    max_chunks_per_document: int | None,
+    return_n: int,
+    relative_evidence_floor: float,
 ) -> pd.DataFrame:
-    """Score-sorted candidates, one per evidence key (reasons merged), capped per document, cut."""
+    """Distinct candidates, score-sorted, each with why it was left out (``None``: kept).
+
+    Reasons: ``below_evidence_floor`` (normalized score under ``relative_evidence_floor`` times
+    the query's best), ``document_cap`` (``max_chunks_per_document`` reached), ``return_n``.
+    """
     ordered = sorted(records(candidates_df), key=lambda c: (-c["normalized_score"], c["original_rank"]))
-    kept: dict[str, dict] = {}
-    left_out: set[str] = set()
+    floor = relative_evidence_floor * (ordered[0]["normalized_score"] if ordered else 0.0)
+    screened: dict[str, dict] = {}
     per_document: Counter[str] = Counter()
+    kept = 0
     for candidate in ordered:
         key = candidate["evidence_key"]
-        if key in kept:  # a lower-ranked copy of a kept block: only its reasons count
-            reasons = kept[key]["hit_reasons"]
+        if key in screened:  # a lower-ranked copy of a block: only its reasons count
+            reasons = screened[key]["hit_reasons"]
             reasons += [r for r in candidate["hit_reasons"] if r not in reasons]
-        elif key not in left_out:
-            document = candidate["doc_id"] or key
-            per_document[document] += 1
-            capped = max_chunks_per_document is not None and per_document[document] > max_chunks_per_document
-            if capped or len(kept) >= return_n:
-                left_out.add(key)
-            else:
-                kept[key] = {**candidate, "hit_reasons": list(candidate["hit_reasons"])}
-    return object_frame(list(kept.values()), CANDIDATE_COLUMNS)
+            continue
+        document = candidate["doc_id"] or key
+        per_document[document] += 1
+        if candidate["normalized_score"] < floor:
+            left_out = "below_evidence_floor"
+        elif max_chunks_per_document is not None and per_document[document] > max_chunks_per_document:
+            left_out = "document_cap"
+        elif kept >= return_n:
+            left_out = "return_n"
+        else:
+            left_out, kept = None, kept + 1
+        screened[key] = {**candidate, "hit_reasons": list(candidate["hit_reasons"]), "left_out": left_out}
+    return object_frame(list(screened.values()), SCREENED_COLUMNS)
+
+
+def deduped_df(screened_df: pd.DataFrame) -> pd.DataFrame:
+    """Candidates after score sort, evidence-key dedup, evidence floor, per-document cap and
+    ``return_n`` cut: the blocks that go on to the rerank."""
+    kept = [row for row in records(screened_df) if row["left_out"] is None]
+    return object_frame(kept, CANDIDATE_COLUMNS)
+
+
+def evidence_cuts(screened_df: pd.DataFrame, deduped_df: pd.DataFrame) -> EvidenceCuts:
+    """How many qualifying chunks were cut, by reason, and which capped chunks outscored a kept one."""
+    rows = records(screened_df)
+    weakest_kept = min(column_values(deduped_df, "normalized_score"), default=None)
+    counts = Counter(row["left_out"] for row in rows if row["left_out"] is not None)
+    capped = [
+        CappedChunk(evidence_key=row["evidence_key"], normalized_score=row["normalized_score"])
+        for row in rows
+        if row["left_out"] == "document_cap"
+        and weakest_kept is not None
+        and row["normalized_score"] > weakest_kept
+    ]
+    return EvidenceCuts(
+        below_evidence_floor=counts["below_evidence_floor"],
+        document_cap=counts["document_cap"],
+        return_n=counts["return_n"],
+        capped_above_returned=capped[:MAX_LISTED_CUTS],
+    )
 
 
 def reranked_df(deduped_df: pd.DataFrame, rerank_weights: RerankConfig) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from lookup_knowledge.contract import (
     BoostContribution,
     ContextPack,
     EvidenceBlock,
+    EvidenceCuts,
     EvidenceStatus,
     LookupResult,
     RelevanceLevel,
@@ -19,7 +20,7 @@ from lookup_knowledge.contract import (
     RetrievalTrace,
     evidence_domains,
 )
-from lookup_knowledge.frames import column_values, records
+from lookup_knowledge.frames import records
 
 from .retrieval import FallbackDecision, SearchAttempt
 
@@ -35,10 +36,11 @@ MESSAGES = {
 }
 
 
-def _evidence_status(
+def evidence_status(
     retrieval_attempts: list[SearchAttempt], evidence_blocks: list[EvidenceBlock]
 ) -> EvidenceStatus:
-    """``evidence``; ``retrieval_failed`` when every search raised; else ``no_evidence``."""
+    """``evidence``; ``retrieval_failed`` when every search raised (an outage, not an empty
+    knowledge base); else ``no_evidence``."""
     if evidence_blocks:
         return "evidence"
     if retrieval_attempts and all(a.error is not None for a in retrieval_attempts):
@@ -56,6 +58,8 @@ def retrieval_trace(
     retrieve_k: int,
     return_n: int,
     max_chunks_per_document: int | None,
+    relative_evidence_floor: float,
+    evidence_cuts: EvidenceCuts,
 ) -> RetrievalTrace:
     """L0 hints, filter, every attempt, the fallback reason and the settings in force."""
     l1_candidates = any(attempt.usable for attempt in retrieval_attempts)
@@ -82,6 +86,8 @@ def retrieval_trace(
         return_n=return_n,
         max_chunks_per_document=max_chunks_per_document,
         retrieval_layer=layer,
+        relative_evidence_floor=relative_evidence_floor,
+        evidence_cuts=evidence_cuts,
     )
 
 
@@ -102,7 +108,7 @@ def rerank_trace(reranked_df: pd.DataFrame, rerank_weights: RerankConfig) -> Rer
     return RerankTrace(weights=rerank_weights.model_dump(), entries=entries)
 
 
-def _relevance_level(evidence_blocks: list[EvidenceBlock], reference_threshold: float) -> RelevanceLevel:
+def relevance_level(evidence_blocks: list[EvidenceBlock], reference_threshold: float) -> RelevanceLevel:
     """``high``/``medium``/``low`` by the best normalized score; ``none`` without evidence."""
     if not evidence_blocks:
         return "none"
@@ -112,55 +118,75 @@ def _relevance_level(evidence_blocks: list[EvidenceBlock], reference_threshold: 
     return "medium" if top >= reference_threshold else "low"
 
 
-def _completeness_hint(
-    candidates_df: pd.DataFrame, evidence_blocks: list[EvidenceBlock], context_pack: ContextPack
+def completeness_hint(
+    evidence_blocks: list[EvidenceBlock], evidence_cuts: EvidenceCuts, context_pack: ContextPack
 ) -> str:
-    """Whether the agent sees everything that matched, or a cut of it."""
+    """Whether the agent sees every chunk that qualified as evidence (scored above the evidence
+    floor), and if not, how many were cut and by what."""
     if not evidence_blocks:
         return "none: no evidence was returned"
-    unreturned = len(set(column_values(candidates_df, "evidence_key"))) - len(evidence_blocks)
+    cuts = []
+    if evidence_cuts.return_n:
+        cuts.append(f"{_count(evidence_cuts.return_n, 'more qualifying chunk')} cut by return_n")
+    if evidence_cuts.document_cap:
+        better = len(evidence_cuts.capped_above_returned)
+        note = f" ({better} scoring above a returned block)" if better else ""
+        cuts.append(f"{_count(evidence_cuts.document_cap, 'chunk')} cut by the per-document cap{note}")
     summary = context_pack.summary
-    shortened = len(summary.omitted_sources) + sum(item.truncated for item in context_pack.items)
-    if unreturned > 0:
-        return f"partial: {unreturned} more matching chunks were not returned (return_n / cap)"
-    if shortened:
-        return "partial: the context pack truncated or omitted evidence to fit its budget"
-    return "complete: every usable candidate is returned and packed in full"
+    if summary.omitted_sources or summary.partially_included_sources or _truncated(context_pack):
+        cuts.append("the context pack truncated or omitted evidence to fit its budget")
+    if cuts:
+        return "partial: " + "; ".join(cuts)
+    return f"complete: all {_count(len(evidence_blocks), 'qualifying chunk')} returned and packed in full"
+
+
+def _truncated(context_pack: ContextPack) -> bool:
+    return any(item.truncated for item in context_pack.items)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def retrieved_domains_this_session(
+    evidence_blocks: list[EvidenceBlock], prior_session_domains: list[str] | None = None
+) -> list[str]:
+    """Domains of the evidence this session got so far, first seen first, this call included."""
+    return list(dict.fromkeys([*(prior_session_domains or []), *evidence_domains(evidence_blocks)]))
 
 
 def lookup_result(
     query: str,
-    retrieval_attempts: list[SearchAttempt],
-    candidates_df: pd.DataFrame,
+    evidence_status: EvidenceStatus,
     evidence_blocks: list[EvidenceBlock],
     context_pack: ContextPack,
     retrieval_trace: RetrievalTrace,
     rerank_trace: RerankTrace,
-    reference_threshold: float,
-    prior_session_domains: list[str] | None = None,
+    relevance_level: RelevanceLevel,
+    completeness_hint: str,
+    retrieved_domains_this_session: list[str],
 ) -> LookupResult:
-    """The assembled result contract: status, relevance and completeness derived here."""
-    status = _evidence_status(retrieval_attempts, evidence_blocks)
-    found = status == "evidence"
+    """The assembled result contract."""
+    found = evidence_status == "evidence"
     if found:
         documents = len({b.doc_id or b.evidence_key for b in evidence_blocks})
-        message = f"Found {len(evidence_blocks)} evidence blocks from {documents} documents."
+        message = (
+            f"Found {_count(len(evidence_blocks), 'evidence block')} from {_count(documents, 'document')}."
+        )
     elif not retrieval_trace.attempts:
         message = MESSAGES["l1_disabled"]
     else:
-        message = MESSAGES[status]
+        message = MESSAGES[evidence_status]
     return LookupResult(
         query=query,
         found=found,
-        evidence_status=status,
+        evidence_status=evidence_status,
         evidence_blocks=evidence_blocks,
         context_pack=context_pack if found else None,
         retrieval_trace=retrieval_trace,
         rerank_trace=rerank_trace if found else None,
-        relevance_level=_relevance_level(evidence_blocks, reference_threshold),
-        completeness_hint=_completeness_hint(candidates_df, evidence_blocks, context_pack),
-        retrieved_domains_this_session=list(
-            dict.fromkeys([*(prior_session_domains or []), *evidence_domains(evidence_blocks)])
-        ),
+        relevance_level=relevance_level,
+        completeness_hint=completeness_hint,
+        retrieved_domains_this_session=retrieved_domains_this_session,
         message=message,
     )

@@ -25,4 +25,4 @@ __all__ = [
 
 def sample_knowledge_base() -> Path:
     """The folder of the bundled sample knowledge base (markdown with frontmatter)."""
-    return Path(__file__).parent / "sample_kb"
+    return Path(__file__).parent / "sample-kb"

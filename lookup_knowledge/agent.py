@@ -36,7 +36,7 @@ Call it whenever an answer depends on internal knowledge; it returns JSON.
 - evidenceStatus "evidence" (found=true): answer from `evidenceBlocks` (or the ready-to-read \
 `contextPack.text`) and cite every fact with the `evidenceKey` of its block, e.g. \
 [payments-refund-policy#chunk-2]. `relevanceLevel` says how well the evidence matches and \
-`completenessHint` whether more matched than was returned.
+`completenessHint` whether more evidence qualified than was returned.
 - "no_evidence": the knowledge base has nothing on this. Say so; do not answer from memory as \
 if it were documented. You may retry once with different wording.
 - "retrieval_failed": the knowledge service had an outage. This says nothing about whether the \
@@ -46,7 +46,9 @@ knowledge exists: tell the user lookup is unavailable, do not conclude it is und
 from document metadata, never facts: do not cite or state them as evidence."""
 
 QUERY_DESCRIPTION = (
-    "The question or search terms, in natural language and in any language; one topic per call."
+    "The question or search terms in natural language, one topic per call. Ask in English: the "
+    "default embedding model (all-MiniLM-L6-v2) understands English text only; a question in "
+    "another language is matched by document titles and keywords alone, so results are weaker."
 )
 
 INPUT_SCHEMA: dict[str, Any] = {

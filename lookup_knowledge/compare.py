@@ -24,6 +24,13 @@ from lookup_knowledge.tool import KnowledgeTool  # noqa: E402
 
 SHARED_SECTIONS = ("store.", "embedder.")  # variants share one open store and one model
 BASELINE = "baseline"
+FILTER_KEYS = ("retrieval.reference_threshold", "retrieval.fallback")  # act only on filtered queries
+BOOST_HINTS = {  # rerank weight -> the hit reason of the L0 match that earns it
+    "rerank.domain_match": "l0_domain:",
+    "rerank.entity_match": "l0_entity:",
+    "rerank.keyword_match": "l0_keyword:",
+    "rerank.title_match": "l0_title:",
+}
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,48 @@ def run_variants(
     return runs
 
 
+def ineffective_variants(runs: dict[str, EvalRun], variants: list[Variant]) -> list[str]:
+    """One warning per variant whose every query came out as in the baseline, saying why its
+    keys could not act on these queries (a flat comparison or sweep is otherwise silent)."""
+    base = runs[BASELINE].results
+    by_keys: dict[tuple[str, ...], list[Variant]] = {}
+    for variant in variants:
+        if not _results_differ(base, runs[variant.name].results):
+            by_keys.setdefault(tuple(variant.overrides), []).append(variant)
+    warnings = []
+    for keys, group in by_keys.items():
+        who = f"variant {group[0].name!r}"
+        if len(group) > 1:
+            who = f"{len(group)} variants of {', '.join(keys)}"
+        warnings.append(f"{who} gave the baseline's results on every query: {_why_no_effect(group[0], base)}")
+    return warnings
+
+
+def _results_differ(base: pd.DataFrame, other: pd.DataFrame) -> bool:
+    columns = ["evidence_keys", "rerank_scores", "fallback_reason", "evidence_status"]
+    return any(
+        not np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+        for column in columns
+        for a, b in zip(base[column], other[column], strict=True)
+    )
+
+
+def _why_no_effect(variant: Variant, base: pd.DataFrame) -> str:
+    reasons = []
+    hit_reasons = " ".join(base["result_json"])
+    for key in variant.overrides:
+        if key in FILTER_KEYS and base["category_filter"].isna().all():
+            reasons.append(
+                f"{key} acts on filtered queries and no query had a category filter (pin one per query "
+                "with a `category` column, e.g. `eval-queries --pin-category`)"
+            )
+        elif key in BOOST_HINTS and f'"{BOOST_HINTS[key]}' not in hit_reasons:
+            reasons.append(f"{key} boosts blocks matching an L0 hint and no returned block matched one")
+        else:
+            reasons.append(f"{key} changed nothing on these queries")
+    return "; ".join(reasons)
+
+
 def comparison_table(runs: dict[str, EvalRun]) -> pd.DataFrame:
     """Per variant and metric: value, delta to the baseline, paired t-test p-value per query."""
     base = runs[BASELINE]
@@ -152,8 +201,10 @@ def plot_sweep(runs: dict[str, EvalRun], variants: list[Variant], path: str | Pa
     return Path(path)
 
 
-def comparison_markdown(table: pd.DataFrame) -> str:
-    lines = ["| variant | metric | value | delta | p (paired t-test) |", "|---|---|---|---|---|"]
+def comparison_markdown(table: pd.DataFrame, warnings: list[str] = ()) -> str:
+    """The comparison table as markdown, with warnings about variants that could not take effect."""
+    lines = [f"> warning: {w}" for w in warnings] + ([""] if warnings else [])
+    lines += ["| variant | metric | value | delta | p (paired t-test) |", "|---|---|---|---|---|"]
     for row in table.itertuples(index=False):
         value = "-" if row.value is None else f"{row.value:.4f}"
         delta = "-" if row.delta is None or pd.isna(row.delta) else f"{row.delta:+.4f}"

@@ -72,6 +72,7 @@ class RetrievalConfig(_Section):
     reference_threshold: float = Field(0.45, ge=0.0, le=1.0)
     fallback: bool = True
     min_evidence_score: float = Field(0.0, ge=0.0, le=1.0)
+    relative_evidence_floor: float = Field(0.5, ge=0.0, le=1.0)
     max_query_chars: int = Field(2000, ge=1)
 
     @property

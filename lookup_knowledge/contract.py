@@ -55,7 +55,10 @@ class PackedItem(ContractModel):
 
 class ContextPackSummary(ContractModel):
     included_sources: list[str]
-    omitted_sources: list[str]
+    partially_included_sources: list[str] = Field(
+        default_factory=list, description="included sources with some of their blocks omitted"
+    )
+    omitted_sources: list[str] = Field(description="sources none of whose blocks fit the budget")
     duplicate_keys: dict[str, str] = Field(description="evidence key -> key whose identical text was packed")
     chars_used: int
     budget_chars: int
@@ -77,6 +80,25 @@ class AttemptTrace(ContractModel):
     top_normalized_score: float | None
     usable_count: int
     error: str | None
+
+
+class CappedChunk(ContractModel):
+    evidence_key: str
+    normalized_score: float
+
+
+class EvidenceCuts(ContractModel):
+    """Chunks retrieved but not returned, by reason; capped chunks that outscored a returned block."""
+
+    below_evidence_floor: int = 0
+    document_cap: int = 0
+    return_n: int = 0
+    capped_above_returned: list[CappedChunk] = Field(default_factory=list)
+
+    @property
+    def qualifying(self) -> int:
+        """Cut chunks that scored as evidence (above the floor) but did not fit."""
+        return self.document_cap + self.return_n
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +128,8 @@ class RetrievalTrace(ContractModel):
     return_n: int
     max_chunks_per_document: int | None
     retrieval_layer: Literal["L0+L1", "L1"]
+    relative_evidence_floor: float = 0.0
+    evidence_cuts: EvidenceCuts = Field(default_factory=EvidenceCuts)
     executed_nodes: list[NodeTiming] = Field(default_factory=list)
     invocation_record: InvocationRecordStatus | None = Field(
         None, description="set by the agent entry points; None for a direct KnowledgeTool.lookup"

@@ -52,6 +52,7 @@ def eval_command(
     from lookup_knowledge.compare import (
         comparison_markdown,
         comparison_table,
+        ineffective_variants,
         load_variants,
         parse_compare,
         parse_sweep,
@@ -74,9 +75,10 @@ def eval_command(
     judgments = relevance(queries, judgments)
     if not judgments:
         console.print("[yellow]no relevance judgments: metrics other than rates are empty[/]")
+    title = f"Evaluation of {queries_file.name}"
     if dask:
         run = _distributed(settings, queries, judgments, dask)
-        _report(run, write_eval_outputs(run, out, f"Evaluation of {queries_file.name}"))
+        _report(run, write_eval_outputs(run, out, title, settings))
         return
     try:
         tool = KnowledgeTool.from_config(settings)
@@ -84,19 +86,25 @@ def eval_command(
         _fail(str(exc), code=1)
     with tool:
         run = _with_progress(tool, queries, judgments)
-        _report(run, write_eval_outputs(run, out, f"Evaluation of {queries_file.name}"))
+        comparison = None
         if variants or swept:
             runs = run_variants(
                 settings, base_overrides, config, variants + swept, queries, judgments, tool,
-                on_variant=lambda name: console.print(f"variant {name} ..."),
+                on_variant=lambda name: console.print(f"variant {name} ...", highlight=False),
             )  # fmt: skip
+            warnings = ineffective_variants(runs, variants + swept)
+            for warning in warnings:
+                errors.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
             table = comparison_table(runs)
+            out.mkdir(parents=True, exist_ok=True)
             table.to_csv(out / "comparison.csv", index=False)
-            (out / "comparison.md").write_text(comparison_markdown(table), encoding="utf-8")
+            (out / "comparison.md").write_text(comparison_markdown(table, warnings), encoding="utf-8")
             console.print(comparison_markdown(table[table["metric"].isin(["ndcg@10", "fallback_rate"])]))
             if swept:
                 console.print(f"wrote {plot_sweep(runs, swept, out / 'sweep.png')}")
             console.print(f"wrote {out / 'comparison.md'} and {out / 'comparison.csv'}")
+            comparison = "comparison.md"
+        _report(run, write_eval_outputs(run, out, title, settings, comparison))
 
 
 def _with_progress(tool, queries, judgments) -> EvalRun:  # noqa: ANN001

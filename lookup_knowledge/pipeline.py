@@ -100,6 +100,7 @@ def settings_inputs(config: Config) -> dict[str, Any]:
         "reference_threshold": retrieval_config.reference_threshold,
         "fallback_enabled": retrieval_config.fallback,
         "min_evidence_score": retrieval_config.min_evidence_score,
+        "relative_evidence_floor": retrieval_config.relative_evidence_floor,
         "max_chunks_per_document": retrieval_config.max_chunks_per_document,
         "rerank_weights": config.rerank,
         "context_budget_chars": config.context.budget_chars,

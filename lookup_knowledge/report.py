@@ -11,12 +11,24 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
 
+from lookup_knowledge.config import Config  # noqa: E402
 from lookup_knowledge.evaluation import METRIC_NAMES, EvalRun  # noqa: E402
+from lookup_knowledge.frames import records  # noqa: E402
+
+WORST_QUERIES = 10
 
 
-def write_eval_outputs(run: EvalRun, out_dir: str | Path, title: str = "Evaluation") -> list[Path]:
-    """Write results, metrics, plots and the markdown report; returns the files written."""
+def write_eval_outputs(
+    run: EvalRun,
+    out_dir: str | Path,
+    title: str = "Evaluation",
+    config: Config | None = None,
+    comparison: str | None = None,
+) -> list[Path]:
+    """Write results, metrics, plots and the markdown report (with the configuration it ran
+    with and a link to ``comparison``, a file in ``out_dir``, when given); returns the files."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     run.results.to_parquet(out / "results.parquet", index=False)
@@ -30,7 +42,11 @@ def write_eval_outputs(run: EvalRun, out_dir: str | Path, title: str = "Evaluati
         _plot(out / "latency_histogram.png", _latency_histogram, run.results),
     ]
     report = out / "report.md"
-    report.write_text(_markdown(title, metrics, [p.name for p in plots]), encoding="utf-8")
+    text = _markdown(title, metrics, [p.name for p in plots])
+    text += _worst_queries(run) + _configuration(config, run.config_overrides)
+    if comparison:
+        text += f"\n## Comparison\n\nVariants against this baseline: [{comparison}]({comparison})\n"
+    report.write_text(text, encoding="utf-8")
     return [out / "results.parquet", out / "metrics.json", report, *plots]
 
 
@@ -44,12 +60,16 @@ def _plot(path: Path, draw: Any, data: pd.DataFrame) -> Path:
 
 
 def _per_query_distribution(axes: plt.Axes, per_query: pd.DataFrame) -> None:
+    """Box plots per metric; the worst queries on nDCG@10 are labelled with their ids."""
     columns = [name for name in ("ndcg@10", "recall@10", "mrr@10") if name in per_query]
     if per_query.empty:
         axes.text(0.5, 0.5, "no judged queries", ha="center")
     else:
         axes.boxplot([per_query[c] for c in columns], tick_labels=columns)
-    axes.set_title("Per-query metric distribution")
+        worst = per_query.nsmallest(5, "ndcg@10")
+        for offset, (query_id, value) in enumerate(zip(worst["query_id"], worst["ndcg@10"], strict=True)):
+            axes.annotate(str(query_id), (1, value), xytext=(1.12, value + 0.04 * offset), fontsize=7)
+    axes.set_title("Per-query metric distribution (worst nDCG@10 query ids labelled)")
     axes.set_ylim(-0.05, 1.05)
 
 
@@ -72,7 +92,7 @@ def _fallback_reasons(axes: plt.Axes, results: pd.DataFrame) -> None:
 
 def _latency_histogram(axes: plt.Axes, results: pd.DataFrame) -> None:
     axes.hist(results["latency_ms"], bins=30)
-    axes.set_title("Per-query DAG time (batched embedding excluded)")
+    axes.set_title("Per-query DAG time (the batched query embedding excluded)")
     axes.set_xlabel("ms")
 
 
@@ -82,8 +102,13 @@ def _markdown(title: str, metrics: dict[str, Any], plots: list[str]) -> str:
     for name in [*METRIC_NAMES, "found_rate", "no_evidence_rate", "fallback_rate"]:
         lines.append(f"| {name} | {_fmt(overall.get(name))} |")
     lines += [
-        f"| latency p50 / p95 (ms) | {_fmt(overall['latency_ms_p50'])} / {_fmt(overall['latency_ms_p95'])} |",
-        f"| queries/s (batched) | {_fmt(metrics['queries_per_second'])} |",
+        f"| DAG time per query p50 / p95 (ms) | {_fmt(overall['latency_ms_p50'])} / "
+        f"{_fmt(overall['latency_ms_p95'])} |",
+        f"| queries/s, end to end (batched) | {_fmt(metrics['queries_per_second'])} |",
+        "",
+        "DAG time per query is the time of the lookup DAG's nodes for that query; the query "
+        "embeddings are computed in one batch for all queries beforehand and are not included. "
+        "Queries/s covers everything, the batched embedding included.",
         "",
     ]
     if overall["fallback_rate_by_reason"]:
@@ -100,6 +125,33 @@ def _markdown(title: str, metrics: dict[str, Any], plots: list[str]) -> str:
         lines.append("")
     lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _worst_queries(run: EvalRun) -> str:
+    """The judged queries with the lowest nDCG@10, with their ids, text and what was returned."""
+    if run.per_query.empty:
+        return ""
+    worst = run.per_query.nsmallest(WORST_QUERIES, "ndcg@10").merge(
+        run.results[["query_id", "query", "fallback_reason", "doc_ids"]], on="query_id"
+    )
+    lines = ["", f"## Worst {len(worst)} queries by nDCG@10", ""]
+    lines += ["| query id | nDCG@10 | query | fallback | top documents |", "|---|---|---|---|---|"]
+    for row in records(worst):
+        text = str(row["query"]).replace("|", "\\|")
+        top = ", ".join(list(row["doc_ids"])[:3]).replace("|", "\\|")
+        fallback = row["fallback_reason"] if isinstance(row["fallback_reason"], str) else "-"
+        lines.append(f"| {row['query_id']} | {row['ndcg@10']:.4f} | {text} | {fallback} | {top} |")
+    return "\n".join(lines) + "\n"
+
+
+def _configuration(config: Config | None, overrides: dict[str, Any]) -> str:
+    if config is None:
+        return ""
+    dumped = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    lines = ["", "## Configuration", ""]
+    if overrides:
+        lines += ["Overrides: " + ", ".join(f"`{k}={v}`" for k, v in overrides.items()), ""]
+    return "\n".join([*lines, "```yaml", dumped.rstrip(), "```", ""])
 
 
 def _fmt(value: Any) -> str:

@@ -151,11 +151,8 @@ def test_blocks_that_do_not_fit_are_omitted_and_listed():
     assert [item.evidence_key for item in pack.items] == ["refunds#chunk-0"]
     assert pack.text == first_only.text
     assert pack.summary.included_sources == ["payments/refund-policy.md"]
-    assert pack.summary.omitted_sources == [
-        "payments/refund-policy.md",  # its second chunk did not fit
-        "payments/chargeback-runbook.md",
-        "vector:7f3a",
-    ]
+    assert pack.summary.partially_included_sources == ["payments/refund-policy.md"]  # chunk 2 cut
+    assert pack.summary.omitted_sources == ["payments/chargeback-runbook.md", "vector:7f3a"]
     for omitted in ("beta0", "gamma0", "delta0", "chargebacks#chunk-4"):
         assert omitted not in pack.text
 
@@ -208,8 +205,10 @@ def test_context_pack_end_to_end_respects_the_configured_budget(sample_kb, embed
         assert item["hitReasons"] == evidence["hitReasons"]
     listed = set(summary["includedSources"]) | set(summary["omittedSources"])
     assert {b["source"] for b in blocks.values()} <= listed
+    assert set(summary["partiallyIncludedSources"]) <= set(summary["includedSources"])
+    assert not set(summary["omittedSources"]) & set(summary["includedSources"])
     packed = {item["evidenceKey"] for item in pack["items"]}
     for key, b in blocks.items():
         if key not in packed and key not in summary["duplicateKeys"]:
-            assert b["source"] in summary["omittedSources"]
+            assert b["source"] in summary["omittedSources"] + summary["partiallyIncludedSources"]
     assert result["completenessHint"].startswith("partial")

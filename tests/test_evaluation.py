@@ -286,3 +286,55 @@ def test_eval_cli_rejects_a_bad_file_cleanly(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["eval", str(tmp_path / "q.parquet")])
     assert result.exit_code == 2
     assert "duplicate query_id" in result.output
+
+
+def test_report_shows_configuration_worst_queries_and_comparison_link(
+    tool: KnowledgeTool, tmp_path: Path
+) -> None:
+    queries = load_eval_queries(write_queries(tmp_path / "q.parquet"))
+    run = evaluate(tool, queries, relevance(queries))
+    write_eval_outputs(run, tmp_path / "out", "t", tool.config, comparison="comparison.md")
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Configuration" in report and "reference_threshold: 0.5" in report
+    assert "## Worst 3 queries by nDCG@10" in report
+    assert "| q-keys | " in report and "how often must API keys be rotated" in report
+    assert "[comparison.md](comparison.md)" in report
+    assert "embeddings are computed in one batch" in report  # what the latency figures exclude
+
+
+UNFILTERED_QUERIES = [
+    ("q-brokers", "messages pile up and the brokers are slow", ["kafka-runbook"], None),
+    ("q-rotate", "rotate production credentials", ["api-keys"], None),
+]
+
+
+def test_eval_cli_warns_when_a_variant_cannot_take_effect(store_path: Path, tmp_path: Path) -> None:
+    queries = write_queries(tmp_path / "q.parquet", UNFILTERED_QUERIES)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval", str(queries), "--out", str(out), "--set", f"store.path={store_path}",
+            "--compare", "nokeywords=--set rerank.keyword_match=0",
+            "--sweep", "retrieval.reference_threshold=0.3:0.6:0.3",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "variant 'nokeywords' gave the baseline's results on every query" in result.output
+    assert "no returned block matched one" in result.output
+    assert "2 variants of retrieval.reference_threshold gave the baseline's results" in result.output
+    assert "no query had a category filter" in result.output
+    assert "> warning: 2 variants of retrieval.reference_threshold" in (out / "comparison.md").read_text()
+
+
+def test_a_variant_that_takes_effect_is_not_warned_about(store_path: Path, tmp_path: Path) -> None:
+    queries = write_queries(tmp_path / "q.parquet")
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval", str(queries), "--out", str(tmp_path / "out"), "--set", f"store.path={store_path}",
+            "--compare", "nodomain=--set rerank.domain_match=0",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.output

@@ -24,7 +24,7 @@ from lookup_knowledge.dataflows.query_understanding import category_filter
 
 from lookup_knowledge.contract import LookupResult
 
-GHOST_QUERY = "what does the ghost protocol say about archived refunds?"
+GHOST_QUERY = "what does the ghost protocol say about archived tickets?"
 
 
 def ghost_index(kb: SampleKB) -> L0Index:

@@ -59,6 +59,25 @@ def test_keyword_matches_next_to_punctuation(index: L0Index) -> None:
     assert index.match("what is in PCI-DSS scope?").matched_keywords == ["pci"]
 
 
+@pytest.mark.parametrize(
+    ("query", "keyword"),
+    [
+        ("who approves refunds?", "refund"),  # plural query, singular keyword
+        ("refunding a duplicate charge", "refund"),
+        ("consumers lagging behind", "consumer lag"),  # each word of a phrase by its stem
+        ("Kafka's brokers", "kafka"),
+    ],
+)
+def test_simple_inflections_match_the_keyword(query: str, keyword: str) -> None:
+    refund = L0Document("refund-policy", "Refund Policy", ("refund",), ("payments",))
+    assert keyword in L0Index([KAFKA, refund]).match(query).matched_keywords
+
+
+def test_stemming_does_not_merge_different_words(index: L0Index) -> None:
+    assert index.match("the consumer's lagoon").is_empty
+    assert index.match("cards and holders of data").is_empty
+
+
 def test_multi_word_keyword_needs_all_words_in_sequence(index: L0Index) -> None:
     assert index.match("consumer   lag keeps growing").matched_keywords == ["consumer lag"]
     assert index.match("the consumer is slow").is_empty

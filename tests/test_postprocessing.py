@@ -19,8 +19,10 @@ from lookup_knowledge.dataflows.postprocessing import (
     candidates_df,
     deduped_df,
     evidence_blocks,
+    evidence_cuts,
     identity_key,
     reranked_df,
+    screened_df,
 )
 from lookup_knowledge.dataflows.retrieval import SearchAttempt
 
@@ -37,9 +39,13 @@ def attempts(hits) -> list[SearchAttempt]:
     return [SearchAttempt(kind, None, 20, found, found) for kind, found in by_kind.items()]
 
 
-def dedup(hits, *, cap=2, return_n=20, hints=NO_HINTS):
-    """``(attempt, hit)`` pairs through candidates_df and deduped_df."""
-    return deduped_df(candidates_df(attempts(hits), hints), cap, return_n)
+def dedup(hits, *, cap=2, return_n=20, hints=NO_HINTS, floor=0.0):
+    """``(attempt, hit)`` pairs through candidates_df, screened_df and deduped_df."""
+    return deduped_df(screened(hits, cap=cap, return_n=return_n, hints=hints, floor=floor))
+
+
+def screened(hits, *, cap=2, return_n=20, hints=NO_HINTS, floor=0.0):
+    return screened_df(candidates_df(attempts(hits), hints), cap, return_n, floor)
 
 
 def keys(df: pd.DataFrame) -> list[str]:
@@ -157,6 +163,33 @@ def test_return_n_cuts_after_cap():
     hits = [("unfiltered", make_hit(f"d{i}", 0, 0.9 - i / 100)) for i in range(6)]
     assert keys(dedup(hits, return_n=3)) == ["d0#chunk-0", "d1#chunk-0", "d2#chunk-0"]
     assert keys(dedup(CAP_HITS, cap=1, return_n=1)) == ["a#chunk-0"]
+
+
+def test_each_left_out_candidate_says_why():
+    hits = [*CAP_HITS, ("unfiltered", make_hit("c", 0, 0.55)), ("unfiltered", make_hit("d", 0, 0.3))]
+    frame = screened(hits, cap=2, return_n=3, floor=0.5)
+    reasons = dict(zip(frame["evidence_key"], frame["left_out"], strict=True))
+    assert reasons == {
+        "a#chunk-0": None, "a#chunk-1": None, "a#chunk-2": "document_cap", "b#chunk-0": None,
+        "c#chunk-0": "return_n", "d#chunk-0": "below_evidence_floor",  # 0.3 < 0.5 * 0.9
+    }  # fmt: skip
+
+
+def test_relative_evidence_floor_drops_hits_far_below_the_best():
+    hits = [("unfiltered", make_hit(f"d{i}", 0, score)) for i, score in enumerate([0.8, 0.5, 0.39])]
+    assert keys(dedup(hits, floor=0.5)) == ["d0#chunk-0", "d1#chunk-0"]
+    assert keys(dedup(hits, floor=0.0)) == ["d0#chunk-0", "d1#chunk-0", "d2#chunk-0"]
+
+
+def test_evidence_cuts_name_capped_chunks_that_outscored_a_returned_block():
+    hits = [*CAP_HITS, ("unfiltered", make_hit("c", 0, 0.75))]
+    frame = screened(hits, cap=1, return_n=5)
+    cuts = evidence_cuts(frame, deduped_df(frame))
+    assert (cuts.document_cap, cuts.return_n, cuts.below_evidence_floor) == (2, 0, 0)
+    assert [(c.evidence_key, c.normalized_score) for c in cuts.capped_above_returned] == [
+        ("a#chunk-1", 0.8),  # b#chunk-0 (0.6) was returned in its place; a#chunk-2 (0.7) too
+        ("a#chunk-2", 0.7),
+    ]
 
 
 @pytest.mark.parametrize(
