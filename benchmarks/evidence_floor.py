@@ -7,7 +7,7 @@ is not evidence. The floor must cost no ranking quality: this script evaluates S
 split) and classic-dev with ``return_n`` 10 (so nDCG@10 sees ten documents) for each floor, on
 stores ingested with the default configuration (cached, shared with benchmarks/quality.py), and
 reports nDCG@10, recall@10, the mean number of evidence blocks and the share of "complete"
-completeness hints. Writes benchmarks/results/evidence_floor.json.
+completeness hints. Writes benchmarks/results/evidence_floor.json and docs/evidence-floor.md.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
+from lookup_knowledge.config import RetrievalConfig
 from lookup_knowledge.eval_data import beir_to_parquet, load_eval_queries, relevance
 from lookup_knowledge.evaluation import evaluate
 
@@ -73,6 +74,7 @@ def main() -> None:
     parser.add_argument("--floors", default="0,0.4,0.5,0.6,0.7")
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/evidence_floor.json"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/evidence-floor.md"))
     args = parser.parse_args()
     if not DATA.is_dir():
         console.print(f"no benchmark data at {DATA}: nothing to measure")
@@ -87,7 +89,43 @@ def main() -> None:
     console.print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=2))
-    console.print(f"wrote {args.out}")
+    args.doc.write_text(markdown(rows), encoding="utf-8")
+    console.print(f"wrote {args.out} and {args.doc}")
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = [
+        "# Relative evidence floor",
+        "",
+        "Measured by `python benchmarks/evidence_floor.py`: a hit below `retrieval.relative_evidence_floor`",
+        "times its query's best normalized score is not evidence. Default pipeline, `return_n` 10 so",
+        "nDCG@10 sees ten documents; stores ingested with the default configuration.",
+        "",
+        "| dataset | floor | judged queries | nDCG@10 | recall@10 | blocks per query | complete hints |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['dataset']} | {r['floor']:g} | {r['queries']} | {r['ndcg@10']:.4f} | {r['recall@10']:.4f} "
+            f"| {r['mean_blocks']:.2f} | {r['complete_share']:.1%} |"
+        )
+    default = RetrievalConfig().relative_evidence_floor
+    costs = [
+        f"{r['dataset']} {base['ndcg@10'] - r['ndcg@10']:.4f}"
+        for base in rows
+        if base["floor"] == 0
+        for r in rows
+        if r["dataset"] == base["dataset"] and r["floor"] == default
+    ]
+    lines += [
+        "",
+        f"Default {default:g}: nDCG@10 given up against no floor: {', '.join(costs)}. Higher floors",
+        "start to cut relevant documents that rank low but still inside the top ten; lower ones cut",
+        "almost nothing on these corpora. On short documents (the sample knowledge base) the floor",
+        "is what keeps unrelated chunks out: the demo's Chinese query no longer returns three",
+        "English chunks scoring 0.11-0.16 against its best 0.51.",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+
+import pytest
 
 import lookup_knowledge
 
@@ -40,3 +43,21 @@ def test_no_generic_top_level_packages_are_installed(tmp_path: Path) -> None:
         [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["True", "True", "False", "False"]
+
+
+@pytest.mark.slow
+def test_the_package_builds_without_warnings_and_ships_its_data(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(root)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert warnings == [], "\n".join(warnings)
+    (wheel,) = tmp_path.glob("lookup_knowledge-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert sum(name.startswith("lookup_knowledge/sample-kb/") for name in names) == 30
+    assert "lookup_knowledge/sample-eval/qrels.tsv" in names
+    assert "lookup_knowledge/configs/default.yaml" in names
