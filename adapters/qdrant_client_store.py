@@ -7,20 +7,23 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from qdrant_client import QdrantClient, models
 
 from .search import (
     CATEGORY_FIELD,
-    DOC_HASH_FIELD,
     DOC_ID_FIELD,
+    VERSION_FIELDS,
     KnowledgeStore,
     SearchHit,
     SearchRequest,
     StoredChunk,
+    StoredDocument,
     hit_from_payload,
+    stored_documents,
 )
 
 _SCROLL_PAGE = 1024
@@ -107,30 +110,27 @@ class QdrantClientStore(KnowledgeStore):
                 points_selector=models.FilterSelector(filter=models.Filter(must=[condition])),
             )
 
-    def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
-        for doc_id, doc_hash in current_hashes.items():
-            stale = models.Filter(
+    def delete_other_chunks(self, keep: Mapping[str, Sequence[str]]) -> None:
+        for doc_id, point_ids in keep.items():
+            others = models.Filter(
                 must=[models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchValue(value=doc_id))],
-                must_not=[models.FieldCondition(key=DOC_HASH_FIELD, match=models.MatchValue(value=doc_hash))],
+                must_not=[models.HasIdCondition(has_id=list(point_ids))],
             )
-            self._client.delete(self.collection, points_selector=models.FilterSelector(filter=stale))
+            self._client.delete(self.collection, points_selector=models.FilterSelector(filter=others))
 
-    def document_hashes(self) -> dict[str, str]:
-        """doc_id -> content hash of every stored document."""
-        hashes: dict[str, str] = {}
+    def documents(self) -> dict[str, StoredDocument]:
+        """Every stored document, with its source and the completeness of each stored version."""
+        return stored_documents(self._payloads())
+
+    def _payloads(self) -> Iterator[Mapping[str, Any]]:
         offset = None
         while True:
             records, offset = self._client.scroll(
-                self.collection,
-                limit=_SCROLL_PAGE,
-                offset=offset,
-                with_payload=[DOC_ID_FIELD, DOC_HASH_FIELD],
+                self.collection, limit=_SCROLL_PAGE, offset=offset, with_payload=list(VERSION_FIELDS)
             )
-            for record in records:
-                payload = record.payload or {}
-                hashes[payload[DOC_ID_FIELD]] = payload.get(DOC_HASH_FIELD, "")
+            yield from (record.payload or {} for record in records)
             if offset is None:
-                return hashes
+                return
 
     def count(self) -> int:
         return self._client.count(self.collection, exact=True).count

@@ -6,20 +6,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import qdrant_edge as qe
 
 from .search import (
     CATEGORY_FIELD,
-    DOC_HASH_FIELD,
     DOC_ID_FIELD,
+    VERSION_FIELDS,
     KnowledgeStore,
     SearchHit,
     SearchRequest,
     StoredChunk,
+    StoredDocument,
     hit_from_payload,
+    stored_documents,
 )
 
 _SCROLL_PAGE = 1024
@@ -95,27 +98,27 @@ class QdrantEdgeStore(KnowledgeStore):
             condition = qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchAny(ids))
             self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
 
-    def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
-        for doc_id, doc_hash in current_hashes.items():
-            stale = qe.Filter(
+    def delete_other_chunks(self, keep: Mapping[str, Sequence[str]]) -> None:
+        for doc_id, point_ids in keep.items():
+            others = qe.Filter(
                 must=[qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchValue(doc_id))],
-                must_not=[qe.FieldCondition(DOC_HASH_FIELD, match=qe.MatchValue(doc_hash))],
+                must_not=[qe.HasIdCondition(set(point_ids))],
             )
-            self._shard.update(qe.UpdateOperation.delete_points_by_filter(stale))
+            self._shard.update(qe.UpdateOperation.delete_points_by_filter(others))
 
-    def document_hashes(self) -> dict[str, str]:
-        """doc_id -> content hash of every stored document."""
-        hashes: dict[str, str] = {}
+    def documents(self) -> dict[str, StoredDocument]:
+        """Every stored document, with its source and the completeness of each stored version."""
+        return stored_documents(self._payloads())
+
+    def _payloads(self) -> Iterator[Mapping[str, Any]]:
         offset = None
-        selector = qe.PayloadSelector.Include([DOC_ID_FIELD, DOC_HASH_FIELD])
+        selector = qe.PayloadSelector.Include(list(VERSION_FIELDS))
         while True:
             request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=selector)
             records, offset = self._shard.scroll(request)
-            for record in records:
-                payload = record.payload or {}
-                hashes[payload[DOC_ID_FIELD]] = payload.get(DOC_HASH_FIELD, "")
+            yield from (record.payload or {} for record in records)
             if offset is None:
-                return hashes
+                return
 
     def count(self) -> int:
         return self._shard.count(qe.CountRequest(exact=True))

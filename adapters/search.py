@@ -18,6 +18,9 @@ DOC_HASH_FIELD = "doc_hash"
 CHUNK_INDEX_FIELD = "chunk_index"
 CONTENT_FIELD = "content"
 EVIDENCE_KEY_FIELD = "evidence_key"
+DOC_CHUNKS_FIELD = "doc_chunks"  # how many chunks the document's version has: its completeness mark
+SOURCE_FIELD = "source"
+VERSION_FIELDS = (DOC_ID_FIELD, DOC_HASH_FIELD, DOC_CHUNKS_FIELD, SOURCE_FIELD)  # read by documents()
 
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
 
@@ -36,9 +39,13 @@ def identity_key(hit: SearchHit, original_rank: int) -> str:
     return f"rank:{original_rank}"
 
 
-def point_id_for(key: str) -> str:
-    """Deterministic point id (UUID5 of the evidence key), so re-ingestion is idempotent."""
-    return str(uuid.uuid5(_POINT_NAMESPACE, key))
+def point_id_for(key: str, doc_hash: str = "") -> str:
+    """Deterministic point id: UUID5 of the evidence key and the document's content hash.
+
+    Re-ingesting a version rewrites its own points (idempotent); a new version gets new points,
+    so writing it never overwrites part of the old one.
+    """
+    return str(uuid.uuid5(_POINT_NAMESPACE, f"{key}@{doc_hash}" if doc_hash else key))
 
 
 def cosine_normalized(score: float) -> float:
@@ -79,7 +86,43 @@ class StoredChunk:
 
     @property
     def point_id(self) -> str:
-        return point_id_for(self.payload[EVIDENCE_KEY_FIELD])
+        return point_id_for(self.payload[EVIDENCE_KEY_FIELD], self.payload.get(DOC_HASH_FIELD, ""))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    """A document as the store holds it: its source and, per version (content hash), whether
+    every chunk of that version is present."""
+
+    source: str
+    versions: Mapping[str, bool]
+
+    def holds_only(self, doc_hash: str) -> bool:
+        """Exactly one version is stored, ``doc_hash``, and it is complete."""
+        return dict(self.versions) == {doc_hash: True}
+
+
+def stored_documents(payloads: Iterable[Mapping[str, Any]]) -> dict[str, StoredDocument]:
+    """doc_id -> :class:`StoredDocument`, from the payloads of every stored chunk.
+
+    A version is complete when the number of its chunks equals the ``doc_chunks`` each of them
+    carries; chunks written without that mark (older releases) count as incomplete.
+    """
+    counts: dict[str, dict[tuple[str, int], int]] = {}
+    sources: dict[str, str] = {}
+    for payload in payloads:
+        doc_id = payload[DOC_ID_FIELD]
+        version = (payload.get(DOC_HASH_FIELD, ""), int(payload.get(DOC_CHUNKS_FIELD, 0)))
+        versions = counts.setdefault(doc_id, {})
+        versions[version] = versions.get(version, 0) + 1
+        sources.setdefault(doc_id, str(payload.get(SOURCE_FIELD, doc_id)))
+    documents = {}
+    for doc_id, versions in counts.items():
+        complete: dict[str, bool] = {}
+        for (doc_hash, expected), found in versions.items():
+            complete[doc_hash] = complete.get(doc_hash, True) and found == expected
+        documents[doc_id] = StoredDocument(sources[doc_id], complete)
+    return documents
 
 
 class KnowledgeSearchPort(ABC):
@@ -106,12 +149,25 @@ class KnowledgeStore(KnowledgeSearchPort):
         """Delete every chunk of these documents."""
 
     @abstractmethod
-    def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
-        """Delete the chunks of these documents whose content hash is not the current one."""
+    def delete_other_chunks(self, keep: Mapping[str, Sequence[str]]) -> None:
+        """For each doc_id, delete its chunks except the points whose ids are given."""
 
     @abstractmethod
-    def document_hashes(self) -> dict[str, str]:
-        """doc_id -> content hash of every stored document."""
+    def documents(self) -> dict[str, StoredDocument]:
+        """Every stored document, with its source and the completeness of each stored version."""
+
+    def write_documents(self, chunks: Sequence[StoredChunk]) -> None:
+        """Write whole documents: every chunk of their new versions, then delete their old ones.
+
+        New versions get new point ids, so until the delete the old version stays intact: a
+        kill leaves each document's old version complete, its new one beside it complete or
+        partial, and :meth:`documents` shows both, so the next ingest finishes the swap.
+        """
+        self.upsert(chunks)
+        keep: dict[str, list[str]] = {}
+        for chunk in chunks:
+            keep.setdefault(chunk.payload[DOC_ID_FIELD], []).append(chunk.point_id)
+        self.delete_other_chunks(keep)
 
     @abstractmethod
     def count(self) -> int:
