@@ -21,39 +21,45 @@ from .search import (
     SearchRequest,
     StoredChunk,
     StoredDocument,
+    StoreLockedError,
+    StoreMissingError,
+    StoreUnavailableError,
+    backend_errors,
     hit_from_payload,
     stored_documents,
 )
+
+__all__ = ["QdrantEdgeStore", "StoreUnavailableError"]
 
 _SCROLL_PAGE = 1024
 _UPSERT_BATCH = 512
 
 
-class StoreUnavailableError(RuntimeError):
-    """The store cannot be opened (missing, locked by another process, or incompatible)."""
-
-
 class QdrantEdgeStore(KnowledgeStore):
     """A persistent Qdrant Edge shard with a keyword payload index on the category field."""
 
-    def __init__(self, path: str | Path, dimension: int, *, create: bool = True) -> None:
+    def __init__(self, path: str | Path, dimension: int | None = None, *, create: bool = True) -> None:
         self.path = Path(path)
         self.dimension = dimension
         self._shard = self._open(create)
 
     def _open(self, create: bool) -> qe.EdgeShard:
-        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(self.dimension, qe.Distance.Cosine))
+        config = None
+        if self.dimension is not None:
+            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(self.dimension, qe.Distance.Cosine))
         try:
             if self.path.is_dir() and any(self.path.iterdir()):
                 return qe.EdgeShard.load(str(self.path), config)
             if not create:
-                raise StoreUnavailableError(f"no knowledge store at {self.path}: ingest first")
+                raise StoreMissingError(f"no knowledge store at {self.path}: ingest first")
+            if config is None:
+                raise ValueError("a new store needs the embedding dimension")
             shard = qe.EdgeShard.create(str(self.path), config)
         except StoreUnavailableError:
             raise
         except Exception as exc:  # the engine raises plain exceptions (WouldBlock, config mismatch)
             if "WouldBlock" in str(exc):  # the WAL lock is held by another open store
-                raise StoreUnavailableError(
+                raise StoreLockedError(
                     f"cannot open knowledge store at {self.path}: it is locked, already open in "
                     "another process (or elsewhere in this one); close that first"
                 ) from exc
@@ -64,16 +70,16 @@ class QdrantEdgeStore(KnowledgeStore):
 
     def search(self, request: SearchRequest) -> list[SearchHit]:
         """Dense search, filtered by category when the request carries one."""
-        points = self._shard.query(self._query(request))
+        with backend_errors("search"):
+            points = self._shard.query(self._query(request))
         return [hit_from_payload(p.id, p.score, p.payload) for p in points]
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches planned as one batch by the engine."""
         batch = qe.QueryBatchRequest([self._query(request) for request in requests])
-        return [
-            [hit_from_payload(p.id, p.score, p.payload) for p in points]
-            for points in self._shard.query_batch(batch)
-        ]
+        with backend_errors("batch search"):
+            results = self._shard.query_batch(batch)
+        return [[hit_from_payload(p.id, p.score, p.payload) for p in points] for points in results]
 
     @staticmethod
     def _query(request: SearchRequest) -> qe.QueryRequest:
@@ -90,13 +96,15 @@ class QdrantEdgeStore(KnowledgeStore):
                 qe.Point(chunk.point_id, list(chunk.vector), dict(chunk.payload))
                 for chunk in chunks[start : start + _UPSERT_BATCH]
             ]
-            self._shard.update(qe.UpdateOperation.upsert_points(points))
+            with backend_errors("upsert"):
+                self._shard.update(qe.UpdateOperation.upsert_points(points))
 
     def delete_documents(self, doc_ids: Iterable[str]) -> None:
         ids = sorted(set(doc_ids))
         if ids:
             condition = qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchAny(ids))
-            self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
+            with backend_errors("delete"):
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
 
     def delete_other_chunks(self, keep: Mapping[str, Sequence[str]]) -> None:
         for doc_id, point_ids in keep.items():
@@ -104,7 +112,8 @@ class QdrantEdgeStore(KnowledgeStore):
                 must=[qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchValue(doc_id))],
                 must_not=[qe.HasIdCondition(set(point_ids))],
             )
-            self._shard.update(qe.UpdateOperation.delete_points_by_filter(others))
+            with backend_errors("delete"):
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(others))
 
     def documents(self) -> dict[str, StoredDocument]:
         """Every stored document, with its source and the completeness of each stored version."""
@@ -115,17 +124,20 @@ class QdrantEdgeStore(KnowledgeStore):
         selector = qe.PayloadSelector.Include(list(VERSION_FIELDS))
         while True:
             request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=selector)
-            records, offset = self._shard.scroll(request)
+            with backend_errors("scroll"):
+                records, offset = self._shard.scroll(request)
             yield from (record.payload or {} for record in records)
             if offset is None:
                 return
 
     def count(self) -> int:
-        return self._shard.count(qe.CountRequest(exact=True))
+        with backend_errors("count"):
+            return self._shard.count(qe.CountRequest(exact=True))
 
     def optimize(self) -> None:
         """Build the HNSW index and merge segments (run after bulk ingestion)."""
-        self._shard.optimize()
+        with backend_errors("optimize"):
+            self._shard.optimize()
 
     def close(self) -> None:
         if self._shard is not None:

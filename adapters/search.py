@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,6 +24,43 @@ SOURCE_FIELD = "source"
 VERSION_FIELDS = (DOC_ID_FIELD, DOC_HASH_FIELD, DOC_CHUNKS_FIELD, SOURCE_FIELD)  # read by documents()
 
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
+
+
+class StoreError(RuntimeError):
+    """The knowledge store failed; every adapter raises only subclasses of this."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot be opened or reached: a server down or not answering in time."""
+
+
+class StoreMissingError(StoreUnavailableError):
+    """There is no store (or collection) at the configured place: ingest first."""
+
+
+class StoreLockedError(StoreUnavailableError):
+    """Another process holds the store."""
+
+
+class StoreBackendError(StoreError):
+    """The store was reached but an operation failed (a server error, a corrupt segment)."""
+
+
+@contextmanager
+def backend_errors(action: str) -> Iterator[None]:
+    """Translate an engine's own exceptions raised while doing ``action`` into :class:`StoreBackendError`."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise StoreBackendError(f"{action} failed: {first_line(exc)}") from exc
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def evidence_key(doc_id: str, chunk_index: int) -> str:

@@ -13,14 +13,16 @@ from rich.json import JSON
 from rich.table import Table
 
 from lookup_knowledge.adapters.corpus import CorpusError
-from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
+from lookup_knowledge.adapters.search import StoreError
 from lookup_knowledge.agent import AgentLookup, invocation_db_url, invocation_row
 from lookup_knowledge.config import Config, ConfigError, load_config
+from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.display import print_result
 from lookup_knowledge.eval_cli import register as register_eval_commands
 from lookup_knowledge.ingest import IngestReport, ingest
 from lookup_knowledge.render import render_execution, render_variants
+from lookup_knowledge.stores import l0_index_path
 from lookup_knowledge.tool import failure_result, query_problem
 
 app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
@@ -66,7 +68,7 @@ def ingest_command(
     settings = _config(config, overrides)
     try:
         report = ingest(source, settings, prune=prune, progress=console.is_terminal)
-    except (CorpusError, StoreUnavailableError) as exc:
+    except (CorpusError, StoreError) as exc:
         _fail(str(exc))
     _print_ingest_report(report)
 
@@ -107,33 +109,44 @@ def query_command(
     problem = query_problem(text, settings.retrieval.max_query_chars)
     if problem is not None:
         if not no_record:
-            _record_rejection(settings, text, session, problem)
+            rejected = failure_result(text[:200], "invalid_input", f"Invalid query: {problem}.", [])
+            _record_unrun(settings, text, session, rejected)
         _fail(f"invalid query: {problem}")
     try:
         agent = AgentLookup.from_config(settings, record=not no_record)
-    except StoreUnavailableError as exc:
-        _fail(str(exc), code=1)
+    except StoreError as exc:  # the agent's contract: a retrieval_failed result (exit code 1)
+        failed = failure_result(text, "retrieval_failed", f"Knowledge retrieval failed: {exc}", [])
+        if not no_record:
+            _record_unrun(settings, text, session, failed)
+        _print_lookup(failed, as_json)
+        raise typer.Exit(1) from None
     with agent:
         result = agent.call(text, session_id=session)
         if explain is not None:
             inputs = agent.tool.dataflow_inputs(text)
             written = render_execution(agent.tool, result, inputs, explain)
             errors.print(f"executed path rendered to {written}")
-    if as_json:
-        sys.stdout.write(json.dumps(result.model_dump(by_alias=True, mode="json"), ensure_ascii=False))
-        sys.stdout.write("\n")
-    else:
-        print_result(console, result)
+    _print_lookup(result, as_json)
     if result.evidence_status == "retrieval_failed":
         raise typer.Exit(1)
 
 
-def _record_rejection(settings: Config, text: str, session: str | None, problem: str) -> None:
-    """A query refused before the store opens is still recorded, as ``invalid_input``."""
-    rejected = failure_result(text[:200], "invalid_input", f"Invalid query: {problem}.", [])
+def _print_lookup(result: LookupResult, as_json: bool) -> None:
+    if as_json:
+        _print_json(result.model_dump(by_alias=True, mode="json"))
+    else:
+        print_result(console, result)
+
+
+def _record_unrun(settings: Config, text: str, session: str | None, result: LookupResult) -> None:
+    """A call answered before the store opened (rejected, or the store unavailable) is still
+    recorded; into the default SQLite file only where a knowledge store was ingested, so a
+    mistyped ``store.path`` creates nothing."""
+    if settings.recorder.url is None and not l0_index_path(settings).is_file():
+        return
     recorder = InvocationRecorder(invocation_db_url(settings))
     try:
-        recorder.record(invocation_row(text, session, rejected, latency_ms=0.0))
+        recorder.record(invocation_row(text, session, result, latency_ms=0.0))
     except RecorderUnavailableError as exc:
         errors.print(f"[yellow]not recorded:[/] {exc}", highlight=False, soft_wrap=True)
     finally:
@@ -260,7 +273,7 @@ def mcp_command(config: ConfigOption = None, overrides: SetOption = None) -> Non
     settings = _config(config, overrides)
     try:
         serve_stdio(settings)
-    except StoreUnavailableError as exc:
+    except StoreError as exc:
         _fail(str(exc), code=1)
 
 

@@ -35,6 +35,7 @@ class StoreConfig(_Section):
     path: Path = Path(".lookup-knowledge")
     url: str | None = None
     collection: str = Field("knowledge", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    timeout_s: float = Field(5.0, gt=0, le=600)
 
     @field_validator("path", mode="before")
     @classmethod

@@ -17,15 +17,26 @@ def build_embedder(config: Config) -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(e.model, batch_size=e.batch_size, device=e.device)
 
 
-def open_store(config: Config, dimension: int, *, create: bool = True) -> KnowledgeStore:
-    """The configured search store: embedded Qdrant Edge, or qdrant-client by URL / local mode."""
+def open_store(config: Config, dimension: int | None = None, *, create: bool = True) -> KnowledgeStore:
+    """The configured search store: embedded Qdrant Edge, or qdrant-client by URL / local mode.
+
+    ``dimension`` is needed only to create a store; an existing one opens without it (so a
+    lookup learns that the store is missing or down before the model loads).
+    """
     store = config.store
     if store.backend == "edge":
         return QdrantEdgeStore(store.path / store.collection, dimension, create=create)
     if store.url:
-        return QdrantClientStore(store.collection, dimension, url=store.url, api_key=store.api_key)
+        return QdrantClientStore(
+            store.collection,
+            dimension,
+            url=store.url,
+            api_key=store.api_key,
+            timeout_s=store.timeout_s,
+            create=create,
+        )
     location = ":memory:" if str(store.path) == ":memory:" else store.path / "qdrant"
-    return QdrantClientStore(store.collection, dimension, location=location)
+    return QdrantClientStore(store.collection, dimension, location=location, create=create)
 
 
 def l0_index_path(config: Config) -> Path:

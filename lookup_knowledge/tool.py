@@ -54,7 +54,7 @@ class KnowledgeTool:
         self.embedder = embedder or build_embedder(config)
         self._owned_store = None
         if search_port is None and config.l1.enabled:
-            search_port = self._owned_store = open_store(config, self.embedder.dimension, create=False)
+            search_port = self._owned_store = open_store(config, create=False)  # before the model loads
         self.search_port = search_port
         self.l0_index = l0_index if l0_index is not None else L0Index.load(l0_index_path(config))
         self._timing = NodeTimingHook()
