@@ -21,7 +21,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
+from lookup_knowledge.adapters.recorder import (
+    CircuitBreaker,
+    Invocation,
+    InvocationRecorder,
+    RecorderUnavailableError,
+)
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import InvocationRecordStatus, LookupResult, evidence_domains
 from lookup_knowledge.tool import KnowledgeTool
@@ -79,6 +84,15 @@ def invocation_db_url(config: Config) -> str:
     return f"sqlite:///{(config.store.path / 'invocations.sqlite').absolute()}"
 
 
+def build_recorder(config: Config) -> InvocationRecorder:
+    """The configured invocation recorder, with its connect timeout and circuit breaker."""
+    settings = config.recorder
+    breaker = CircuitBreaker(retry_after_s=settings.retry_after_s)
+    return InvocationRecorder(
+        invocation_db_url(config), connect_timeout_s=settings.timeout_s, breaker=breaker
+    )
+
+
 def new_session_id(prefix: str = "session") -> str:
     """A fresh, unique session id."""
     return f"{prefix}-{uuid.uuid4().hex}"
@@ -108,7 +122,7 @@ class AgentLookup:
     @classmethod
     def from_config(cls, config: Config, *, record: bool = True) -> AgentLookup:
         """The configured tool, recording to :func:`invocation_db_url` when ``record``."""
-        recorder = InvocationRecorder(invocation_db_url(config)) if record else None
+        recorder = build_recorder(config) if record else None
         return cls(KnowledgeTool.from_config(config), recorder)
 
     def call(self, query: Any, session_id: str | None = None) -> LookupResult:

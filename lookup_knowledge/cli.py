@@ -15,7 +15,7 @@ from rich.table import Table
 from lookup_knowledge.adapters.corpus import CorpusError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.adapters.search import StoreError
-from lookup_knowledge.agent import AgentLookup, invocation_db_url, invocation_row
+from lookup_knowledge.agent import AgentLookup, build_recorder, invocation_row
 from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.display import print_result
@@ -144,7 +144,7 @@ def _record_unrun(settings: Config, text: str, session: str | None, result: Look
     mistyped ``store.path`` creates nothing."""
     if settings.recorder.url is None and not l0_index_path(settings).is_file():
         return
-    recorder = InvocationRecorder(invocation_db_url(settings))
+    recorder = build_recorder(settings)
     try:
         recorder.record(invocation_row(text, session, result, latency_ms=0.0))
     except RecorderUnavailableError as exc:
@@ -169,7 +169,7 @@ app.add_typer(invocations_app, name="invocations")
 
 
 def _recorder(config: Path | None, overrides: list[str] | None) -> InvocationRecorder:
-    return InvocationRecorder(invocation_db_url(_config(config, overrides)))
+    return build_recorder(_config(config, overrides))
 
 
 @invocations_app.callback(invoke_without_command=True)

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 DEFAULT_RETRIEVE_K = 20
 DEFAULT_RETURN_N = 5
@@ -102,6 +104,21 @@ class ContextConfig(_Section):
 
 class RecorderConfig(_Section):
     url: str | None = None
+    timeout_s: float = Field(2.0, gt=0, le=60)
+    retry_after_s: float = Field(30.0, ge=0, le=3600)
+
+    @field_validator("url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        """A URL SQLAlchemy can parse, of a dialect it knows (the message never echoes it: it may
+        hold a password)."""
+        if value is None:
+            return value
+        try:
+            make_url(value).get_dialect()
+        except (ArgumentError, NoSuchModuleError, ValueError):
+            raise ValueError("not a database URL SQLAlchemy knows, e.g. postgresql+psycopg://...") from None
+        return value
 
 
 class Config(_Section):
