@@ -29,7 +29,7 @@ from lookup_knowledge.adapters.recorder import (
 )
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import InvocationRecordStatus, LookupResult, evidence_domains
-from lookup_knowledge.tool import KnowledgeTool
+from lookup_knowledge.tool import KnowledgeTool, plain_string
 
 logger = logging.getLogger(__name__)
 
@@ -127,10 +127,21 @@ class AgentLookup:
 
     def call(self, query: Any, session_id: str | None = None) -> LookupResult:
         """Look up ``query`` in ``session_id`` (``None``: a session of its own) and record the call."""
+        query, session_id = plain_string(query), plain_string(session_id)
+        if session_id is not None and not isinstance(session_id, str):
+            result = self.tool.lookup(query, session_id, prior_session_domains=[])  # invalid_input
+            return self._recorded(query, None, result, 0.0)
+        if session_id is not None:  # lone surrogates (undecodable bytes) escaped, as the record keeps it
+            session_id = session_id.encode("utf-8", "backslashreplace").decode("utf-8")
         prior_domains = self._recorded_session_domains(session_id)
         started = time.perf_counter()
         result = self.tool.lookup(query, session_id, prior_session_domains=prior_domains)
-        latency_ms = (time.perf_counter() - started) * 1000
+        return self._recorded(query, session_id, result, (time.perf_counter() - started) * 1000)
+
+    def _recorded(
+        self, query: Any, session_id: str | None, result: LookupResult, latency_ms: float
+    ) -> LookupResult:
+        """``result``, its call written to the record (saying whether that worked)."""
         if self.recorder is None:
             return result
         try:

@@ -29,7 +29,7 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     # YAML (and so ``--set``) reads ``collection: 2024`` as a number: let text fields take it.
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True, allow_inf_nan=False)
 
 
 class StoreConfig(_Section):
