@@ -23,6 +23,7 @@ DOC_CHUNKS_FIELD = "doc_chunks"  # how many chunks the document's version has: i
 SOURCE_FIELD = "source"
 VERSION_FIELDS = (DOC_ID_FIELD, DOC_HASH_FIELD, DOC_CHUNKS_FIELD, SOURCE_FIELD)  # read by documents()
 
+_COSINE_BOUND = 1.0 + 1e-3  # float32 rounding lets a cosine similarity exceed 1 slightly
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
 
 
@@ -221,6 +222,11 @@ class KnowledgeStore(KnowledgeSearchPort):
 
 def hit_from_payload(point_id: Any, score: float, payload: Mapping[str, Any] | None) -> SearchHit:
     """Build a :class:`SearchHit` from a store's raw point (shared by both adapters)."""
+    if not -_COSINE_BOUND <= score <= _COSINE_BOUND:  # NaN fails both comparisons too
+        raise StoreBackendError(
+            f"the store returned a score of {score} for point {point_id}, outside the cosine range "
+            "[-1, 1]: its data is corrupt; delete the store and ingest again"
+        )
     payload = payload or {}
     chunk_index = payload.get(CHUNK_INDEX_FIELD)
     return SearchHit(

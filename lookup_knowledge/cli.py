@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.json import JSON
+from rich.markup import escape
 from rich.table import Table
 
 from lookup_knowledge.adapters.corpus import CorpusError
@@ -41,6 +43,9 @@ SetOption = Annotated[
 @app.callback()
 def _root() -> None:
     """Evidence-first knowledge retrieval for LLM agents."""
+    for stream in (sys.stdout, sys.stderr):  # text the locale cannot encode is escaped, not fatal
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def _config(config: Path | None, overrides: list[str] | None) -> Config:
@@ -51,7 +56,7 @@ def _config(config: Path | None, overrides: list[str] | None) -> Config:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -87,7 +92,8 @@ def _print_ingest_report(report: IngestReport) -> None:
         table.add_row(label, str(value))
     console.print(table)
     for skipped in report.skipped:
-        console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}", highlight=False, soft_wrap=True)
+        line = f"[yellow]skipped[/] {escape(skipped.path)}: {escape(skipped.reason)}"
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command("query")
@@ -148,7 +154,7 @@ def _record_unrun(settings: Config, text: str, session: str | None, result: Look
     try:
         recorder.record(invocation_row(text, session, result, latency_ms=0.0))
     except RecorderUnavailableError as exc:
-        errors.print(f"[yellow]not recorded:[/] {exc}", highlight=False, soft_wrap=True)
+        errors.print(f"[yellow]not recorded:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     finally:
         recorder.close()
 
@@ -208,12 +214,12 @@ def invocations_command(
         table.add_row(
             str(row.id),
             f"{row.created_at:%m-%d %H:%M:%S}" if row.created_at else "",
-            row.session_id or "",
+            escape(row.session_id or ""),
             row.status,
             str(row.evidence_count),
             "\n".join(filter(None, [row.retrieval_layer, retry])),
             f"{row.latency_ms:.0f}",
-            row.input if len(row.input) <= 80 else row.input[:79] + "…",
+            escape(row.input if len(row.input) <= 80 else row.input[:79] + "…"),
         )
     console.print(table)
 
@@ -254,14 +260,17 @@ def _print_invocation(row: Invocation) -> None:
         ("fallback reason", row.fallback_reason or "none"),
         ("latency ms", f"{row.latency_ms:.1f}"),
     ]:
-        table.add_row(label, str(value))
+        table.add_row(label, escape(str(value)))
     console.print(table)
     console.print("retrieval_details:")
     console.print(JSON.from_data(row.retrieval_details, ensure_ascii=False))
 
 
 def _print_json(data: object) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False))
+    """JSON on stdout; ``\\uXXXX`` escapes where stdout cannot encode all of Unicode (a non-UTF-8
+    locale, ``PYTHONIOENCODING=ascii``), which JSON readers decode the same."""
+    utf = (sys.stdout.encoding or "").lower().replace("-", "").replace("_", "") in {"utf8", "utf8sig"}
+    sys.stdout.write(json.dumps(data, ensure_ascii=not utf))
     sys.stdout.write("\n")
 
 

@@ -55,7 +55,15 @@ class StoreConfig(_Section):
 class EmbedderConfig(_Section):
     model: str = Field("all-MiniLM-L6-v2", min_length=1)
     batch_size: int = Field(64, ge=1, le=4096)
-    device: str = "cpu"
+    device: str = Field("cpu", pattern=r"^(cpu|cuda|mps|xpu|hpu|npu)(:\d+)?$")
+
+    @field_validator("model")
+    @classmethod
+    def _existing_model_path(cls, value: str) -> str:
+        """A model given as a path (``/``, ``./``, ``../``, ``~``) must exist; names load later."""
+        if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
+            raise ValueError("no model folder at this path")
+        return value
 
 
 class IngestConfig(_Section):
