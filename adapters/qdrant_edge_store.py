@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,8 +28,10 @@ from .search import (
     StoreUnavailableError,
     backend_errors,
     hit_from_payload,
+    process_note,
     stored_documents,
 )
+from .shared_store import holder_note
 
 __all__ = ["QdrantEdgeStore", "StoreUnavailableError"]
 
@@ -41,7 +45,10 @@ class QdrantEdgeStore(KnowledgeStore):
     def __init__(self, path: str | Path, dimension: int | None = None, *, create: bool = True) -> None:
         self.path = Path(path)
         self.dimension = dimension
+        self._holder = holder_note(self.path)
         self._shard = self._open(create)
+        with contextlib.suppress(OSError):  # so a process kept waiting can name the holder
+            self._holder.write_text(process_note(), encoding="utf-8")
 
     def _open(self, create: bool) -> qe.EdgeShard:
         config = None
@@ -61,7 +68,7 @@ class QdrantEdgeStore(KnowledgeStore):
             if "WouldBlock" in str(exc):  # the WAL lock is held by another open store
                 raise StoreLockedError(
                     f"cannot open knowledge store at {self.path}: it is locked, already open in "
-                    "another process (or elsewhere in this one); close that first"
+                    f"another process (or elsewhere in this one): {self._held_by()}; close that first"
                 ) from exc
             raise StoreUnavailableError(f"cannot open knowledge store at {self.path}: {exc}") from exc
         for field in (CATEGORY_FIELD, DOC_ID_FIELD):
@@ -139,11 +146,21 @@ class QdrantEdgeStore(KnowledgeStore):
         with backend_errors("optimize"):
             self._shard.optimize()
 
+    def _held_by(self) -> str:
+        try:
+            pid, _, command = self._holder.read_text(encoding="utf-8").strip().partition(" ")
+        except (OSError, UnicodeDecodeError):
+            return "holder unknown"
+        return f"held by pid {pid} ({command})"
+
     def close(self) -> None:
         if self._shard is not None:
             self._shard.flush()
             self._shard.close()
             self._shard = None
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                if self._holder.read_text(encoding="utf-8").startswith(f"{os.getpid()} "):
+                    self._holder.unlink()
 
 
 def _category_filter(category: str | None) -> qe.Filter | None:

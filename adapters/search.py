@@ -6,11 +6,14 @@ dataflow only sees the narrower :class:`KnowledgeSearchPort`.
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 CATEGORY_FIELD = "category"
@@ -56,6 +59,12 @@ def backend_errors(action: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise StoreBackendError(f"{action} failed: {first_line(exc)}") from exc
+
+
+def process_note() -> str:
+    """This process as a note for lock files: its pid and command line."""
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
+    return f"{os.getpid()} {command}"[:300]
 
 
 def first_line(exc: BaseException) -> str:

@@ -38,6 +38,7 @@ class StoreConfig(_Section):
     url: str | None = None
     collection: str = Field("knowledge", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     timeout_s: float = Field(5.0, gt=0, le=600)
+    lock_wait_s: float = Field(10.0, ge=0, le=3600)
 
     @field_validator("path", mode="before")
     @classmethod

@@ -32,7 +32,7 @@ from lookup_knowledge.pipeline import (
     execute_lookup,
     settings_inputs,
 )
-from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
+from lookup_knowledge.stores import build_embedder, l0_index_path, open_search_port
 
 logger = logging.getLogger(__name__)
 MAX_SESSIONS = 10_000  # sessions whose domains the tool keeps in memory (least recently used go)
@@ -60,7 +60,8 @@ class KnowledgeTool:
         self.embedder = embedder or build_embedder(config)
         self._owned_store = None
         if search_port is None and config.l1.enabled:
-            search_port = self._owned_store = open_store(config, create=False)  # before the model loads
+            # opened before the model loads; handed over to an ingest that asks, then reopened
+            search_port = self._owned_store = open_search_port(config, on_reopen=self._reload_l0_index)
         self.search_port = search_port
         self.l0_index = l0_index if l0_index is not None else L0Index.load(l0_index_path(config))
         self._timing = NodeTimingHook()
@@ -154,6 +155,11 @@ class KnowledgeTool:
                 self._sessions.move_to_end(session_id)
                 while len(self._sessions) > MAX_SESSIONS:  # a long-running server forgets the oldest
                     self._sessions.popitem(last=False)
+
+    def _reload_l0_index(self) -> None:
+        """Read the L0 index again (the store was handed over: another process may have ingested)."""
+        self.l0_index = L0Index.load(l0_index_path(self.config))
+        self._static_inputs = {**self._static_inputs, "l0_index": self.l0_index}
 
     def close(self) -> None:
         """Release the store this tool opened."""
