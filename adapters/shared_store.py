@@ -111,6 +111,7 @@ class SharedSearchPort(KnowledgeSearchPort):
         self._in_flight = 0
         self._handing_over = False
         self._closed = False
+        self.handovers = 0  # how often the store was handed over (diagnostics)
         self._store: KnowledgeStore | None = open_shared(opener, path, wait_s)
         self._watcher = threading.Thread(target=self._watch, name="store-handover", daemon=True)
         self._watcher.start()
@@ -160,6 +161,7 @@ class SharedSearchPort(KnowledgeSearchPort):
             if self._store is not None:
                 self._store.close()
                 self._store = None
+                self.handovers += 1
             self._handing_over = False
             self._state.notify_all()
 
