@@ -43,8 +43,12 @@ class SourceDocument:
 
 @dataclass(frozen=True, slots=True)
 class SkippedFile:
+    """A file (or JSONL record) not read, and why; ``doc_source`` is the ``source`` its document
+    carries in the store, ``None`` when that is unknown (a JSONL record that does not parse)."""
+
     path: str
     reason: str
+    doc_source: str | None = None
 
 
 @dataclass
@@ -53,8 +57,14 @@ class Corpus:
     skipped: list[SkippedFile] = field(default_factory=list)
 
 
-def read_corpus(source: str | Path, max_file_bytes: int = 2_000_000) -> Corpus:
-    """Read a markdown folder, a ``.jsonl`` file, or a BEIR folder holding ``corpus.jsonl``."""
+def read_corpus(
+    source: str | Path, max_file_bytes: int = 2_000_000, *, allow_outside_root: bool = False
+) -> Corpus:
+    """Read a markdown folder, a ``.jsonl`` file, or a BEIR folder holding ``corpus.jsonl``.
+
+    Files that resolve outside the folder (through a symbolic link) are skipped unless
+    ``allow_outside_root``: a link must not turn e.g. ``/etc/passwd`` into evidence.
+    """
     path = Path(source)
     if not path.exists():
         raise CorpusError(f"source not found: {path}")
@@ -64,7 +74,7 @@ def read_corpus(source: str | Path, max_file_bytes: int = 2_000_000) -> Corpus:
         raise CorpusError(f"unsupported source file {path}: give a folder or a .jsonl corpus")
     markdown = sorted(p for p in path.rglob("*") if p.suffix.lower() in MARKDOWN_SUFFIXES and not p.is_dir())
     if markdown:
-        return _dedupe(_read_markdown_folder(path, markdown, max_file_bytes))
+        return _dedupe(_read_markdown_folder(path, markdown, max_file_bytes, allow_outside_root))
     if (path / JSONL_CORPUS_NAME).is_file():
         return _dedupe(_read_jsonl(path / JSONL_CORPUS_NAME))
     raise CorpusError(f"no markdown files (*.md) or {JSONL_CORPUS_NAME} found in {path}")
@@ -75,7 +85,8 @@ def _dedupe(corpus: Corpus) -> Corpus:
     unique: list[SourceDocument] = []
     for doc in corpus.documents:
         if doc.doc_id in seen:
-            corpus.skipped.append(SkippedFile(doc.source, f"duplicate document id {doc.doc_id!r}"))
+            reason = f"duplicate document id {doc.doc_id!r}"
+            corpus.skipped.append(SkippedFile(doc.source, reason, doc.source))
             continue
         seen.add(doc.doc_id)
         unique.append(doc)
@@ -83,16 +94,19 @@ def _dedupe(corpus: Corpus) -> Corpus:
     return corpus
 
 
-def _read_markdown_folder(root: Path, files: list[Path], max_file_bytes: int) -> Corpus:
+def _read_markdown_folder(root: Path, files: list[Path], max_file_bytes: int, allow_outside: bool) -> Corpus:
     corpus = Corpus()
+    real_root = root.resolve()
     for file in files:
         relative = file.relative_to(root).as_posix()
         try:
+            if not (allow_outside or file.resolve().is_relative_to(real_root)):
+                raise _Skip("links outside the knowledge-base folder (ingest.allow_outside_root)")
             corpus.documents.append(_read_markdown(file, relative, max_file_bytes))
         except _Skip as skip:
-            corpus.skipped.append(SkippedFile(relative, str(skip)))
+            corpus.skipped.append(SkippedFile(relative, str(skip), relative))
         except OSError as exc:  # dangling symlink, permission denied, vanished file
-            corpus.skipped.append(SkippedFile(relative, f"unreadable: {exc.strerror or exc}"))
+            corpus.skipped.append(SkippedFile(relative, f"unreadable: {exc.strerror or exc}", relative))
     return corpus
 
 
@@ -111,16 +125,7 @@ def _read_markdown(file: Path, relative: str, max_file_bytes: int) -> SourceDocu
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise _Skip(f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    try:
-        post = frontmatter.loads(text)
-    except yaml.YAMLError as exc:
-        raise _Skip(f"broken YAML frontmatter: {_first_line(exc)}") from None
-    except Exception as exc:  # python-frontmatter raises plain errors for non-mapping headers
-        raise _Skip(f"unreadable frontmatter: {_first_line(exc)}") from None
-    meta = post.metadata
-    if not isinstance(meta, dict):
-        raise _Skip("frontmatter is not a mapping")
-    body = post.content
+    meta, body = _frontmatter(text)
     return SourceDocument(
         doc_id=_text(meta.get("id")) or relative,
         source=relative,
@@ -135,14 +140,35 @@ def _read_markdown(file: Path, relative: str, max_file_bytes: int) -> SourceDocu
     )
 
 
+def _frontmatter(text: str) -> tuple[dict[str, Any], str]:
+    """The YAML frontmatter mapping and the body (python-frontmatter alone drops a list or
+    scalar header silently: such a file is skipped and named instead)."""
+    handler = frontmatter.YAMLHandler()
+    text = text.strip()
+    if not handler.detect(text):
+        return {}, text
+    try:
+        header, body = handler.split(text)
+        meta = handler.load(header)
+    except ValueError:  # no closing delimiter: python-frontmatter reads it all as body
+        return {}, text
+    except yaml.YAMLError as exc:
+        raise _Skip(f"broken YAML frontmatter: {_first_line(exc)}") from None
+    if meta is None:
+        return {}, body.strip()
+    if not isinstance(meta, dict):
+        raise _Skip(f"frontmatter is a {type(meta).__name__}, not a mapping of fields")
+    return meta, body.strip()
+
+
 def _read_jsonl(file: Path) -> Corpus:
     corpus = Corpus()
     for number, record in _jsonl_records(file, corpus):
         doc_id = _text(record.get("_id"))
         text = record.get("text")
         if not doc_id or not isinstance(text, str):
-            reason = "missing _id or text"
-            corpus.skipped.append(SkippedFile(f"{file.name}:{number}", reason))
+            source = _text(record.get("source")) or doc_id
+            corpus.skipped.append(SkippedFile(f"{file.name}:{number}", "missing _id or text", source))
             continue
         title = _text(record.get("title")) or ""
         corpus.documents.append(
@@ -165,8 +191,8 @@ def _jsonl_records(file: Path, corpus: Corpus) -> Iterator[tuple[int, dict[str, 
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line.decode("utf-8"))
+            try:  # utf-8-sig: a byte-order mark before the first record is not part of it
+                record = json.loads(line.decode("utf-8-sig" if number == 1 else "utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 corpus.skipped.append(SkippedFile(f"{file.name}:{number}", f"invalid JSON: {exc}"))
                 continue

@@ -23,6 +23,8 @@ import snowballstemmer
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from .search import StoreBackendError, first_line
+
 FORMAT_VERSION = 1
 
 # Scripts written without spaces between words: CJK ideographs, kana, Hangul-free East Asian
@@ -50,6 +52,13 @@ def _words(normalized: str) -> list[str]:
 @lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
     return _STEMMER.stemWord(word) if _LATIN_WORD.fullmatch(word) else word
+
+
+_REPAIR = "delete it and ingest the knowledge base again to rebuild it"
+
+
+class L0IndexError(StoreBackendError):
+    """The L0 index file is corrupt or of another format version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,23 +179,32 @@ class L0Index:
 
     @classmethod
     def load(cls, path: str | Path) -> L0Index:
-        """Read a saved index; a missing file is an empty index."""
+        """Read a saved index; a missing file is an empty index, an unreadable one an
+        :class:`L0IndexError` that says how to repair it."""
         path = Path(path)
         if not path.exists():
             return cls()
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("version") != FORMAT_VERSION:
-            raise ValueError(f"L0 index {path} has format {data.get('version')}, expected 1")
-        return cls(
-            L0Document(
-                doc_id=d["doc_id"],
-                title=d["title"],
-                keywords=tuple(d["keywords"]),
-                domains=tuple(d["domains"]),
-                entities=tuple(d["entities"]),
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8"))
+            version = data.get("version") if isinstance(data, dict) else None
+            if version != FORMAT_VERSION:
+                raise L0IndexError(
+                    f"L0 index {path} has format {version!r}, this release reads {FORMAT_VERSION}"
+                )
+            return cls(
+                L0Document(
+                    doc_id=d["doc_id"],
+                    title=d["title"],
+                    keywords=tuple(d["keywords"]),
+                    domains=tuple(d["domains"]),
+                    entities=tuple(d["entities"]),
+                )
+                for d in data["documents"]
             )
-            for d in data["documents"]
-        )
+        except L0IndexError as exc:
+            raise L0IndexError(f"{exc}: {_REPAIR}") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise L0IndexError(f"L0 index {path} is unreadable ({first_line(exc)}): {_REPAIR}") from None
 
 
 def _terms(doc: L0Document) -> Iterable[_Term]:

@@ -7,20 +7,31 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException
 
 from .search import (
     CATEGORY_FIELD,
-    DOC_HASH_FIELD,
     DOC_ID_FIELD,
+    VERSION_FIELDS,
     KnowledgeStore,
     SearchHit,
     SearchRequest,
+    StoreBackendError,
     StoredChunk,
+    StoredDocument,
+    StoreError,
+    StoreLockedError,
+    StoreMissingError,
+    StoreUnavailableError,
+    first_line,
     hit_from_payload,
+    stored_documents,
 )
 
 _SCROLL_PAGE = 1024
@@ -33,45 +44,78 @@ class QdrantClientStore(KnowledgeStore):
     def __init__(
         self,
         collection: str,
-        dimension: int,
+        dimension: int | None = None,
         *,
         url: str | None = None,
         api_key: str | None = None,
         location: str | Path | None = None,
+        timeout_s: float | None = None,
+        create: bool = True,
     ) -> None:
         self.collection = collection
         self.dimension = dimension
-        if url:
-            self._client = QdrantClient(url=url, api_key=api_key)
+        self._where = url or str(location)
+        if url:  # every request, the connection included, is bounded by ``timeout_s``
+            self._client = QdrantClient(
+                url=url, api_key=api_key, timeout=timeout_s, check_compatibility=False
+            )
         elif str(location) == ":memory:":
             self._client = QdrantClient(location=":memory:")
         else:
-            self._client = QdrantClient(path=str(location))
-        self._ensure_collection()
+            if not create and not Path(str(location)).exists():
+                raise StoreMissingError(f"no knowledge store at {location}: ingest first")
+            try:
+                self._client = QdrantClient(path=str(location))
+            except RuntimeError as exc:  # "already accessed by another instance of Qdrant client"
+                raise StoreLockedError(
+                    f"cannot open knowledge store at {location}: it is locked, already open in another "
+                    "process (or elsewhere in this one); close that first"
+                ) from exc
+        self._timeout_s = timeout_s
+        self._ensure_collection(create)
 
-    def _ensure_collection(self) -> None:
-        if self._client.collection_exists(self.collection):
-            return
-        self._client.create_collection(
-            self.collection,
-            vectors_config=models.VectorParams(size=self.dimension, distance=models.Distance.COSINE),
-        )
-        with warnings.catch_warnings():  # local mode has no payload indexes and says so
-            warnings.simplefilter("ignore")
-            for field in (CATEGORY_FIELD, DOC_ID_FIELD):
-                self._client.create_payload_index(
-                    self.collection, field, field_schema=models.PayloadSchemaType.KEYWORD
-                )
+    def _ensure_collection(self, create: bool) -> None:
+        with self._errors("opening the collection"):
+            if self._client.collection_exists(self.collection):
+                return
+            if not create or self.dimension is None:
+                raise StoreMissingError(f"no collection {self.collection!r} at {self._where}: ingest first")
+            self._client.create_collection(
+                self.collection,
+                vectors_config=models.VectorParams(size=self.dimension, distance=models.Distance.COSINE),
+            )
+            with warnings.catch_warnings():  # local mode has no payload indexes and says so
+                warnings.simplefilter("ignore")
+                for field in (CATEGORY_FIELD, DOC_ID_FIELD):
+                    self._client.create_payload_index(
+                        self.collection, field, field_schema=models.PayloadSchemaType.KEYWORD
+                    )
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """A server that does not answer is unavailable; any other failure is a backend error."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except ResponseHandlingException as exc:  # the transport: refused, reset, timed out
+            reason = first_line(exc)
+            if "timed out" in reason:
+                reason = f"no answer within store.timeout_s = {self._timeout_s} s"
+            raise StoreUnavailableError(f"Qdrant at {self._where} is unavailable: {reason}") from exc
+        except Exception as exc:
+            raise StoreBackendError(f"{action} failed: {first_line(exc)}") from exc
 
     def search(self, request: SearchRequest) -> list[SearchHit]:
         """Dense search, filtered by category when the request carries one."""
-        response = self._client.query_points(
-            self.collection,
-            query=list(request.query_vector),
-            query_filter=_category_filter(request.category),
-            limit=request.top_k,
-            with_payload=True,
-        )
+        with self._errors("search"):
+            response = self._client.query_points(
+                self.collection,
+                query=list(request.query_vector),
+                query_filter=_category_filter(request.category),
+                limit=request.top_k,
+                with_payload=True,
+            )
         return [hit_from_payload(p.id, p.score, p.payload) for p in response.points]
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
@@ -85,7 +129,8 @@ class QdrantClientStore(KnowledgeStore):
             )
             for r in requests
         ]
-        responses = self._client.query_batch_points(self.collection, requests=queries)
+        with self._errors("batch search"):
+            responses = self._client.query_batch_points(self.collection, requests=queries)
         return [
             [hit_from_payload(p.id, p.score, p.payload) for p in response.points] for response in responses
         ]
@@ -96,44 +141,44 @@ class QdrantClientStore(KnowledgeStore):
                 models.PointStruct(id=c.point_id, vector=list(c.vector), payload=dict(c.payload))
                 for c in chunks[start : start + _UPSERT_BATCH]
             ]
-            self._client.upsert(self.collection, points=points)
+            with self._errors("upsert"):
+                self._client.upsert(self.collection, points=points)
 
     def delete_documents(self, doc_ids: Iterable[str]) -> None:
         ids = sorted(set(doc_ids))
         if ids:
             condition = models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchAny(any=ids))
-            self._client.delete(
-                self.collection,
-                points_selector=models.FilterSelector(filter=models.Filter(must=[condition])),
-            )
+            selector = models.FilterSelector(filter=models.Filter(must=[condition]))
+            with self._errors("delete"):
+                self._client.delete(self.collection, points_selector=selector)
 
-    def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
-        for doc_id, doc_hash in current_hashes.items():
-            stale = models.Filter(
+    def delete_other_chunks(self, keep: Mapping[str, Sequence[str]]) -> None:
+        for doc_id, point_ids in keep.items():
+            others = models.Filter(
                 must=[models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchValue(value=doc_id))],
-                must_not=[models.FieldCondition(key=DOC_HASH_FIELD, match=models.MatchValue(value=doc_hash))],
+                must_not=[models.HasIdCondition(has_id=list(point_ids))],
             )
-            self._client.delete(self.collection, points_selector=models.FilterSelector(filter=stale))
+            with self._errors("delete"):
+                self._client.delete(self.collection, points_selector=models.FilterSelector(filter=others))
 
-    def document_hashes(self) -> dict[str, str]:
-        """doc_id -> content hash of every stored document."""
-        hashes: dict[str, str] = {}
+    def documents(self) -> dict[str, StoredDocument]:
+        """Every stored document, with its source and the completeness of each stored version."""
+        return stored_documents(self._payloads())
+
+    def _payloads(self) -> Iterator[Mapping[str, Any]]:
         offset = None
         while True:
-            records, offset = self._client.scroll(
-                self.collection,
-                limit=_SCROLL_PAGE,
-                offset=offset,
-                with_payload=[DOC_ID_FIELD, DOC_HASH_FIELD],
-            )
-            for record in records:
-                payload = record.payload or {}
-                hashes[payload[DOC_ID_FIELD]] = payload.get(DOC_HASH_FIELD, "")
+            with self._errors("scroll"):
+                records, offset = self._client.scroll(
+                    self.collection, limit=_SCROLL_PAGE, offset=offset, with_payload=list(VERSION_FIELDS)
+                )
+            yield from (record.payload or {} for record in records)
             if offset is None:
-                return hashes
+                return
 
     def count(self) -> int:
-        return self._client.count(self.collection, exact=True).count
+        with self._errors("count"):
+            return self._client.count(self.collection, exact=True).count
 
     def close(self) -> None:
         self._client.close()

@@ -6,53 +6,69 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import qdrant_edge as qe
 
 from .search import (
     CATEGORY_FIELD,
-    DOC_HASH_FIELD,
     DOC_ID_FIELD,
+    VERSION_FIELDS,
     KnowledgeStore,
     SearchHit,
     SearchRequest,
     StoredChunk,
+    StoredDocument,
+    StoreLockedError,
+    StoreMissingError,
+    StoreUnavailableError,
+    backend_errors,
     hit_from_payload,
+    process_note,
+    stored_documents,
 )
+from .shared_store import holder_note
+
+__all__ = ["QdrantEdgeStore", "StoreUnavailableError"]
 
 _SCROLL_PAGE = 1024
 _UPSERT_BATCH = 512
 
 
-class StoreUnavailableError(RuntimeError):
-    """The store cannot be opened (missing, locked by another process, or incompatible)."""
-
-
 class QdrantEdgeStore(KnowledgeStore):
     """A persistent Qdrant Edge shard with a keyword payload index on the category field."""
 
-    def __init__(self, path: str | Path, dimension: int, *, create: bool = True) -> None:
+    def __init__(self, path: str | Path, dimension: int | None = None, *, create: bool = True) -> None:
         self.path = Path(path)
         self.dimension = dimension
+        self._holder = holder_note(self.path)
         self._shard = self._open(create)
+        with contextlib.suppress(OSError):  # so a process kept waiting can name the holder
+            self._holder.write_text(process_note(), encoding="utf-8")
 
     def _open(self, create: bool) -> qe.EdgeShard:
-        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(self.dimension, qe.Distance.Cosine))
+        config = None
+        if self.dimension is not None:
+            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(self.dimension, qe.Distance.Cosine))
         try:
             if self.path.is_dir() and any(self.path.iterdir()):
                 return qe.EdgeShard.load(str(self.path), config)
             if not create:
-                raise StoreUnavailableError(f"no knowledge store at {self.path}: ingest first")
+                raise StoreMissingError(f"no knowledge store at {self.path}: ingest first")
+            if config is None:
+                raise ValueError("a new store needs the embedding dimension")
             shard = qe.EdgeShard.create(str(self.path), config)
         except StoreUnavailableError:
             raise
         except Exception as exc:  # the engine raises plain exceptions (WouldBlock, config mismatch)
             if "WouldBlock" in str(exc):  # the WAL lock is held by another open store
-                raise StoreUnavailableError(
+                raise StoreLockedError(
                     f"cannot open knowledge store at {self.path}: it is locked, already open in "
-                    "another process (or elsewhere in this one); close that first"
+                    f"another process (or elsewhere in this one): {self._held_by()}; close that first"
                 ) from exc
             raise StoreUnavailableError(f"cannot open knowledge store at {self.path}: {exc}") from exc
         for field in (CATEGORY_FIELD, DOC_ID_FIELD):
@@ -61,16 +77,16 @@ class QdrantEdgeStore(KnowledgeStore):
 
     def search(self, request: SearchRequest) -> list[SearchHit]:
         """Dense search, filtered by category when the request carries one."""
-        points = self._shard.query(self._query(request))
+        with backend_errors("search"):
+            points = self._shard.query(self._query(request))
         return [hit_from_payload(p.id, p.score, p.payload) for p in points]
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches planned as one batch by the engine."""
         batch = qe.QueryBatchRequest([self._query(request) for request in requests])
-        return [
-            [hit_from_payload(p.id, p.score, p.payload) for p in points]
-            for points in self._shard.query_batch(batch)
-        ]
+        with backend_errors("batch search"):
+            results = self._shard.query_batch(batch)
+        return [[hit_from_payload(p.id, p.score, p.payload) for p in points] for points in results]
 
     @staticmethod
     def _query(request: SearchRequest) -> qe.QueryRequest:
@@ -87,48 +103,64 @@ class QdrantEdgeStore(KnowledgeStore):
                 qe.Point(chunk.point_id, list(chunk.vector), dict(chunk.payload))
                 for chunk in chunks[start : start + _UPSERT_BATCH]
             ]
-            self._shard.update(qe.UpdateOperation.upsert_points(points))
+            with backend_errors("upsert"):
+                self._shard.update(qe.UpdateOperation.upsert_points(points))
 
     def delete_documents(self, doc_ids: Iterable[str]) -> None:
         ids = sorted(set(doc_ids))
         if ids:
             condition = qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchAny(ids))
-            self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
+            with backend_errors("delete"):
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
 
-    def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
-        for doc_id, doc_hash in current_hashes.items():
-            stale = qe.Filter(
+    def delete_other_chunks(self, keep: Mapping[str, Sequence[str]]) -> None:
+        for doc_id, point_ids in keep.items():
+            others = qe.Filter(
                 must=[qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchValue(doc_id))],
-                must_not=[qe.FieldCondition(DOC_HASH_FIELD, match=qe.MatchValue(doc_hash))],
+                must_not=[qe.HasIdCondition(set(point_ids))],
             )
-            self._shard.update(qe.UpdateOperation.delete_points_by_filter(stale))
+            with backend_errors("delete"):
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(others))
 
-    def document_hashes(self) -> dict[str, str]:
-        """doc_id -> content hash of every stored document."""
-        hashes: dict[str, str] = {}
+    def documents(self) -> dict[str, StoredDocument]:
+        """Every stored document, with its source and the completeness of each stored version."""
+        return stored_documents(self._payloads())
+
+    def _payloads(self) -> Iterator[Mapping[str, Any]]:
         offset = None
-        selector = qe.PayloadSelector.Include([DOC_ID_FIELD, DOC_HASH_FIELD])
+        selector = qe.PayloadSelector.Include(list(VERSION_FIELDS))
         while True:
             request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=selector)
-            records, offset = self._shard.scroll(request)
-            for record in records:
-                payload = record.payload or {}
-                hashes[payload[DOC_ID_FIELD]] = payload.get(DOC_HASH_FIELD, "")
+            with backend_errors("scroll"):
+                records, offset = self._shard.scroll(request)
+            yield from (record.payload or {} for record in records)
             if offset is None:
-                return hashes
+                return
 
     def count(self) -> int:
-        return self._shard.count(qe.CountRequest(exact=True))
+        with backend_errors("count"):
+            return self._shard.count(qe.CountRequest(exact=True))
 
     def optimize(self) -> None:
         """Build the HNSW index and merge segments (run after bulk ingestion)."""
-        self._shard.optimize()
+        with backend_errors("optimize"):
+            self._shard.optimize()
+
+    def _held_by(self) -> str:
+        try:
+            pid, _, command = self._holder.read_text(encoding="utf-8").strip().partition(" ")
+        except (OSError, UnicodeDecodeError):
+            return "holder unknown"
+        return f"held by pid {pid} ({command})"
 
     def close(self) -> None:
         if self._shard is not None:
             self._shard.flush()
             self._shard.close()
             self._shard = None
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                if self._holder.read_text(encoding="utf-8").startswith(f"{os.getpid()} "):
+                    self._holder.unlink()
 
 
 def _category_filter(category: str | None) -> qe.Filter | None:

@@ -14,6 +14,7 @@ release can migrate an existing database instead of failing on it.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -46,7 +47,9 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 SCHEMA_VERSION = 1
 SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent writers wait for the lock instead of failing
-POSTGRES_CONNECT_TIMEOUT_S = 5  # an unreachable server must not stall an agent's lookup for long
+CONNECT_TIMEOUT_S = 2.0  # an unreachable server must not stall an agent's lookup for long
+RETRY_AFTER_S = 30.0  # after a failure, calls fail fast this long (doubling, up to MAX_RETRY_AFTER_S)
+MAX_RETRY_AFTER_S = 300.0
 
 metadata = MetaData()
 
@@ -82,6 +85,45 @@ class RecorderUnavailableError(RuntimeError):
     """The invocation database cannot be reached, created or written."""
 
 
+class CircuitBreaker:
+    """Fails fast after a failure: for ``retry_after_s``, doubling with each further failure up
+    to ``max_retry_after_s``; then one caller tries (the others still fail fast) and a success
+    closes it. A hung database so costs one timeout per interval, not one per call."""
+
+    def __init__(self, retry_after_s: float = RETRY_AFTER_S, max_retry_after_s: float = MAX_RETRY_AFTER_S):
+        self.retry_after_s = retry_after_s
+        self.max_retry_after_s = max_retry_after_s
+        self._failures = 0
+        self._open_until = 0.0
+        self._trial = False
+        self._last_error = ""
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        """Return when a call may go to the database; raise while the circuit is open."""
+        with self._lock:
+            if self._failures == 0:
+                return
+            wait = self._open_until - time.monotonic()
+            if wait > 0 or self._trial:
+                retry = f"retrying in {max(wait, 0):.0f} s" if wait > 0 else "a retry is under way"
+                raise RecorderUnavailableError(f"{self._last_error} ({retry})")
+            self._trial = True
+
+    def failed(self, error: str) -> None:
+        with self._lock:
+            self._failures += 1
+            interval = min(self.max_retry_after_s, self.retry_after_s * 2 ** (self._failures - 1))
+            self._open_until = time.monotonic() + interval
+            self._trial = False
+            self._last_error = error
+
+    def succeeded(self) -> None:
+        with self._lock:
+            self._failures = 0
+            self._trial = False
+
+
 @dataclass(frozen=True, slots=True)
 class Invocation:
     """One recorded ``lookup_knowledge`` call: a ``tool_invocation`` row."""
@@ -110,11 +152,21 @@ class InvocationRecorder:
 
     Nothing is opened until the first call; the schema is created then. SQLite runs in WAL mode
     with a busy timeout so several threads (and processes) can record at once. Every failure of
-    the database surfaces as :class:`RecorderUnavailableError`. Safe to share between threads.
+    the database surfaces as :class:`RecorderUnavailableError`; after one, a
+    :class:`CircuitBreaker` fails calls fast until it is time to retry. Connecting is bounded by
+    ``connect_timeout_s``. Safe to share between threads.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
         self._raw_url = url  # parsed on first use, so a bad URL fails recording, never construction
+        self._connect_timeout_s = connect_timeout_s
+        self._breaker = breaker or CircuitBreaker()
         self._engine: Engine | None = None
         self._schema_ready = False
         self._lock = threading.Lock()
@@ -177,25 +229,32 @@ class InvocationRecorder:
     @contextmanager
     def _connect(self, *, write: bool = False) -> Iterator[Connection]:
         """A connection (a committed transaction when ``write``), database errors translated."""
+        self._breaker.check()
         try:
             engine = self._ready_engine()
             with engine.begin() if write else engine.connect() as connection:
                 yield connection
+        except RecorderUnavailableError as exc:  # e.g. a schema newer than this release reads
+            self._breaker.failed(str(exc))
+            raise
         except (SQLAlchemyError, OSError, ImportError) as exc:  # ImportError: no driver for the URL
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RecorderUnavailableError(f"invocation database {self.url} failed: {reason}") from exc
+            error = RecorderUnavailableError(f"invocation database {self.url} failed: {reason}")
+            self._breaker.failed(str(error))
+            raise error from exc
+        self._breaker.succeeded()
 
     def _ready_engine(self) -> Engine:
         with self._lock:
             if self._engine is None:
-                self._engine = _create_engine(make_url(self._raw_url))
+                self._engine = _create_engine(make_url(self._raw_url), self._connect_timeout_s)
             if not self._schema_ready:
                 _ensure_schema(self._engine)
                 self._schema_ready = True
             return self._engine
 
 
-def _create_engine(url: URL) -> Engine:
+def _create_engine(url: URL, connect_timeout_s: float) -> Engine:
     backend = url.get_backend_name()
     if backend == "sqlite":
         if url.database and url.database != ":memory:":
@@ -205,7 +264,7 @@ def _create_engine(url: URL) -> Engine:
         return engine
     connect_args = {}
     if backend == "postgresql" and "connect_timeout" not in url.query:
-        connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
+        connect_args["connect_timeout"] = max(1, round(connect_timeout_s))  # libpq takes whole seconds
     return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
 
 

@@ -6,10 +6,14 @@ dataflow only sees the narrower :class:`KnowledgeSearchPort`.
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 CATEGORY_FIELD = "category"
@@ -18,8 +22,55 @@ DOC_HASH_FIELD = "doc_hash"
 CHUNK_INDEX_FIELD = "chunk_index"
 CONTENT_FIELD = "content"
 EVIDENCE_KEY_FIELD = "evidence_key"
+DOC_CHUNKS_FIELD = "doc_chunks"  # how many chunks the document's version has: its completeness mark
+SOURCE_FIELD = "source"
+VERSION_FIELDS = (DOC_ID_FIELD, DOC_HASH_FIELD, DOC_CHUNKS_FIELD, SOURCE_FIELD)  # read by documents()
 
+_COSINE_BOUND = 1.0 + 1e-3  # float32 rounding lets a cosine similarity exceed 1 slightly
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
+
+
+class StoreError(RuntimeError):
+    """The knowledge store failed; every adapter raises only subclasses of this."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot be opened or reached: a server down or not answering in time."""
+
+
+class StoreMissingError(StoreUnavailableError):
+    """There is no store (or collection) at the configured place: ingest first."""
+
+
+class StoreLockedError(StoreUnavailableError):
+    """Another process holds the store."""
+
+
+class StoreBackendError(StoreError):
+    """The store was reached but an operation failed (a server error, a corrupt segment)."""
+
+
+@contextmanager
+def backend_errors(action: str) -> Iterator[None]:
+    """Translate an engine's own exceptions raised while doing ``action`` into :class:`StoreBackendError`."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise StoreBackendError(f"{action} failed: {first_line(exc)}") from exc
+
+
+def process_note() -> str:
+    """This process as a note for lock files: its pid and command line."""
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
+    return f"{os.getpid()} {command}"[:300]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def evidence_key(doc_id: str, chunk_index: int) -> str:
@@ -36,9 +87,13 @@ def identity_key(hit: SearchHit, original_rank: int) -> str:
     return f"rank:{original_rank}"
 
 
-def point_id_for(key: str) -> str:
-    """Deterministic point id (UUID5 of the evidence key), so re-ingestion is idempotent."""
-    return str(uuid.uuid5(_POINT_NAMESPACE, key))
+def point_id_for(key: str, doc_hash: str = "") -> str:
+    """Deterministic point id: UUID5 of the evidence key and the document's content hash.
+
+    Re-ingesting a version rewrites its own points (idempotent); a new version gets new points,
+    so writing it never overwrites part of the old one.
+    """
+    return str(uuid.uuid5(_POINT_NAMESPACE, f"{key}@{doc_hash}" if doc_hash else key))
 
 
 def cosine_normalized(score: float) -> float:
@@ -79,7 +134,43 @@ class StoredChunk:
 
     @property
     def point_id(self) -> str:
-        return point_id_for(self.payload[EVIDENCE_KEY_FIELD])
+        return point_id_for(self.payload[EVIDENCE_KEY_FIELD], self.payload.get(DOC_HASH_FIELD, ""))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    """A document as the store holds it: its source and, per version (content hash), whether
+    every chunk of that version is present."""
+
+    source: str
+    versions: Mapping[str, bool]
+
+    def holds_only(self, doc_hash: str) -> bool:
+        """Exactly one version is stored, ``doc_hash``, and it is complete."""
+        return dict(self.versions) == {doc_hash: True}
+
+
+def stored_documents(payloads: Iterable[Mapping[str, Any]]) -> dict[str, StoredDocument]:
+    """doc_id -> :class:`StoredDocument`, from the payloads of every stored chunk.
+
+    A version is complete when the number of its chunks equals the ``doc_chunks`` each of them
+    carries; chunks written without that mark (older releases) count as incomplete.
+    """
+    counts: dict[str, dict[tuple[str, int], int]] = {}
+    sources: dict[str, str] = {}
+    for payload in payloads:
+        doc_id = payload[DOC_ID_FIELD]
+        version = (payload.get(DOC_HASH_FIELD, ""), int(payload.get(DOC_CHUNKS_FIELD, 0)))
+        versions = counts.setdefault(doc_id, {})
+        versions[version] = versions.get(version, 0) + 1
+        sources.setdefault(doc_id, str(payload.get(SOURCE_FIELD, doc_id)))
+    documents = {}
+    for doc_id, versions in counts.items():
+        complete: dict[str, bool] = {}
+        for (doc_hash, expected), found in versions.items():
+            complete[doc_hash] = complete.get(doc_hash, True) and found == expected
+        documents[doc_id] = StoredDocument(sources[doc_id], complete)
+    return documents
 
 
 class KnowledgeSearchPort(ABC):
@@ -106,12 +197,25 @@ class KnowledgeStore(KnowledgeSearchPort):
         """Delete every chunk of these documents."""
 
     @abstractmethod
-    def delete_stale_chunks(self, current_hashes: Mapping[str, str]) -> None:
-        """Delete the chunks of these documents whose content hash is not the current one."""
+    def delete_other_chunks(self, keep: Mapping[str, Sequence[str]]) -> None:
+        """For each doc_id, delete its chunks except the points whose ids are given."""
 
     @abstractmethod
-    def document_hashes(self) -> dict[str, str]:
-        """doc_id -> content hash of every stored document."""
+    def documents(self) -> dict[str, StoredDocument]:
+        """Every stored document, with its source and the completeness of each stored version."""
+
+    def write_documents(self, chunks: Sequence[StoredChunk]) -> None:
+        """Write whole documents: every chunk of their new versions, then delete their old ones.
+
+        New versions get new point ids, so until the delete the old version stays intact: a
+        kill leaves each document's old version complete, its new one beside it complete or
+        partial, and :meth:`documents` shows both, so the next ingest finishes the swap.
+        """
+        self.upsert(chunks)
+        keep: dict[str, list[str]] = {}
+        for chunk in chunks:
+            keep.setdefault(chunk.payload[DOC_ID_FIELD], []).append(chunk.point_id)
+        self.delete_other_chunks(keep)
 
     @abstractmethod
     def count(self) -> int:
@@ -127,6 +231,11 @@ class KnowledgeStore(KnowledgeSearchPort):
 
 def hit_from_payload(point_id: Any, score: float, payload: Mapping[str, Any] | None) -> SearchHit:
     """Build a :class:`SearchHit` from a store's raw point (shared by both adapters)."""
+    if not -_COSINE_BOUND <= score <= _COSINE_BOUND:  # NaN fails both comparisons too
+        raise StoreBackendError(
+            f"the store returned a score of {score} for point {point_id}, outside the cosine range "
+            "[-1, 1]: its data is corrupt; delete the store and ingest again"
+        )
     payload = payload or {}
     chunk_index = payload.get(CHUNK_INDEX_FIELD)
     return SearchHit(

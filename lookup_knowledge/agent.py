@@ -21,10 +21,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
+from lookup_knowledge.adapters.recorder import (
+    CircuitBreaker,
+    Invocation,
+    InvocationRecorder,
+    RecorderUnavailableError,
+)
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import InvocationRecordStatus, LookupResult, evidence_domains
-from lookup_knowledge.tool import KnowledgeTool
+from lookup_knowledge.tool import KnowledgeTool, plain_string
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +86,15 @@ def invocation_db_url(config: Config) -> str:
     return f"sqlite:///{(config.store.path / 'invocations.sqlite').absolute()}"
 
 
+def build_recorder(config: Config) -> InvocationRecorder:
+    """The configured invocation recorder, with its connect timeout and circuit breaker."""
+    settings = config.recorder
+    breaker = CircuitBreaker(retry_after_s=settings.retry_after_s)
+    return InvocationRecorder(
+        invocation_db_url(config), connect_timeout_s=settings.timeout_s, breaker=breaker
+    )
+
+
 def new_session_id(prefix: str = "session") -> str:
     """A fresh, unique session id."""
     return f"{prefix}-{uuid.uuid4().hex}"
@@ -110,15 +124,26 @@ class AgentLookup:
     @classmethod
     def from_config(cls, config: Config, *, record: bool = True) -> AgentLookup:
         """The configured tool, recording to :func:`invocation_db_url` when ``record``."""
-        recorder = InvocationRecorder(invocation_db_url(config)) if record else None
+        recorder = build_recorder(config) if record else None
         return cls(KnowledgeTool.from_config(config), recorder)
 
     def call(self, query: Any, session_id: str | None = None) -> LookupResult:
         """Look up ``query`` in ``session_id`` (``None``: a session of its own) and record the call."""
+        query, session_id = plain_string(query), plain_string(session_id)
+        if session_id is not None and not isinstance(session_id, str):
+            result = self.tool.lookup(query, session_id, prior_session_domains=[])  # invalid_input
+            return self._recorded(query, None, result, 0.0)
+        if session_id is not None:  # lone surrogates (undecodable bytes) escaped, as the record keeps it
+            session_id = session_id.encode("utf-8", "backslashreplace").decode("utf-8")
         prior_domains = self._recorded_session_domains(session_id)
         started = time.perf_counter()
         result = self.tool.lookup(query, session_id, prior_session_domains=prior_domains)
-        latency_ms = (time.perf_counter() - started) * 1000
+        return self._recorded(query, session_id, result, (time.perf_counter() - started) * 1000)
+
+    def _recorded(
+        self, query: Any, session_id: str | None, result: LookupResult, latency_ms: float
+    ) -> LookupResult:
+        """``result``, its call written to the record (saying whether that worked)."""
         if self.recorder is None:
             return result
         try:

@@ -16,7 +16,12 @@ import numpy as np
 
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.tool import KnowledgeTool, invalid_query_result
+from lookup_knowledge.tool import (
+    KnowledgeTool,
+    LookupRequest,
+    lookup_request,
+    rejected_result,
+)
 
 BATCH_SIZE = 256
 
@@ -56,11 +61,15 @@ def lookup_many(
 def _lookup_chunk(tool: KnowledgeTool, queries: list[str], pinned: list[str | None]) -> list[LookupResult]:
     max_chars = tool.config.retrieval.max_query_chars
     results: dict[int, LookupResult] = {}
+    requests: dict[int, LookupRequest] = {}
     for i, query in enumerate(queries):
-        if (invalid := invalid_query_result(query, max_chars, [])) is not None:
-            results[i] = invalid
-    valid = [i for i in range(len(queries)) if i not in results]
-    inputs = {i: tool.dataflow_inputs(queries[i], pinned[i]) for i in valid}
+        request = lookup_request(query, max_chars, pinned_category=pinned[i])
+        if isinstance(request, str):
+            results[i] = rejected_result(query, request, [])
+        else:
+            requests[i] = request
+    valid = list(requests)
+    inputs = {i: tool.dataflow_inputs(requests[i].query, requests[i].pinned_category) for i in valid}
     if not tool.config.l1.enabled:
         results.update({i: tool.execute_dataflow(inputs[i]) for i in valid})
         return [results[i] for i in range(len(queries))]

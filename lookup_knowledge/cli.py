@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -10,18 +11,20 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.json import JSON
+from rich.markup import escape
 from rich.table import Table
 
 from lookup_knowledge.adapters.corpus import CorpusError
-from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
-from lookup_knowledge.agent import AgentLookup, invocation_db_url, invocation_row
+from lookup_knowledge.adapters.search import StoreError
+from lookup_knowledge.agent import AgentLookup, build_recorder, invocation_row
 from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.display import print_result
 from lookup_knowledge.eval_cli import register as register_eval_commands
 from lookup_knowledge.ingest import IngestReport, ingest
 from lookup_knowledge.render import GRAPHVIZ_HINT, render_execution, render_variants
+from lookup_knowledge.stores import l0_index_path
 from lookup_knowledge.tool import failure_result, query_problem
 
 app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
@@ -40,6 +43,9 @@ SetOption = Annotated[
 @app.callback()
 def _root() -> None:
     """Evidence-first knowledge retrieval for LLM agents."""
+    for stream in (sys.stdout, sys.stderr):  # text the locale cannot encode is escaped, not fatal
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def _config(config: Path | None, overrides: list[str] | None) -> Config:
@@ -50,7 +56,7 @@ def _config(config: Path | None, overrides: list[str] | None) -> Config:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -67,7 +73,7 @@ def ingest_command(
     settings = _config(config, overrides)
     try:
         report = ingest(source, settings, prune=prune, progress=console.is_terminal)
-    except (CorpusError, StoreUnavailableError) as exc:
+    except (CorpusError, StoreError) as exc:
         _fail(str(exc))
     _print_ingest_report(report)
 
@@ -86,7 +92,8 @@ def _print_ingest_report(report: IngestReport) -> None:
         table.add_row(label, str(value))
     console.print(table)
     for skipped in report.skipped:
-        console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}", highlight=False, soft_wrap=True)
+        line = f"[yellow]skipped[/] {escape(skipped.path)}: {escape(skipped.reason)}"
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command("query")
@@ -113,18 +120,20 @@ def query_command(
     problem = query_problem(text, settings.retrieval.max_query_chars)
     if problem is not None:
         if not no_record:
-            _record_rejection(settings, text, session, problem)
+            rejected = failure_result(text[:200], "invalid_input", f"Invalid query: {problem}.", [])
+            _record_unrun(settings, text, session, rejected)
         _fail(f"invalid query: {problem}")
     try:
         agent = AgentLookup.from_config(settings, record=not no_record)
-    except StoreUnavailableError as exc:
-        _fail(str(exc), code=1)
+    except StoreError as exc:  # the agent's contract: a retrieval_failed result (exit code 1)
+        failed = failure_result(text, "retrieval_failed", f"Knowledge retrieval failed: {exc}", [])
+        if not no_record:
+            _record_unrun(settings, text, session, failed)
+        _print_lookup(failed, as_json, indent)
+        raise typer.Exit(1) from None
     with agent:
         result = agent.call(text, session_id=session)
-        if as_json:
-            _print_json(result.model_dump(by_alias=True, mode="json"), indent)
-        else:
-            print_result(console, result)
+        _print_lookup(result, as_json, indent)
         if explain is not None:
             _explain(agent, result, text, explain)
     if result.evidence_status == "retrieval_failed":
@@ -136,26 +145,38 @@ def _explain(agent: AgentLookup, result: LookupResult, text: str, path: Path) ->
     try:
         drawn = render_execution(agent.tool, result, agent.tool.dataflow_inputs(text), path)
     except (ValueError, OSError) as exc:
-        errors.print(f"[yellow]executed path not drawn:[/] {exc}", highlight=False, soft_wrap=True)
+        _note(f"[yellow]executed path not drawn:[/] {escape(str(exc))}")
         return
+    where = escape(str(drawn.written[0]))
     if drawn.images_skipped:
-        errors.print(
-            f"Graphviz `dot` not found: wrote the DOT source to {drawn.written[0]}; {GRAPHVIZ_HINT}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        _note(f"Graphviz `dot` not found: wrote the DOT source to {where}; {GRAPHVIZ_HINT}")
     else:
-        errors.print(f"executed path drawn to {drawn.written[0]}", highlight=False, soft_wrap=True)
+        _note(f"executed path drawn to {where}")
 
 
-def _record_rejection(settings: Config, text: str, session: str | None, problem: str) -> None:
-    """A query refused before the store opens is still recorded, as ``invalid_input``."""
-    rejected = failure_result(text[:200], "invalid_input", f"Invalid query: {problem}.", [])
-    recorder = InvocationRecorder(invocation_db_url(settings))
+def _note(markup: str) -> None:
+    """One line on stderr (markup from this module only; user text escaped by the caller)."""
+    errors.print(markup, highlight=False, soft_wrap=True)
+
+
+def _print_lookup(result: LookupResult, as_json: bool, indent: int | None = None) -> None:
+    if as_json:
+        _print_json(result.model_dump(by_alias=True, mode="json"), indent)
+    else:
+        print_result(console, result)
+
+
+def _record_unrun(settings: Config, text: str, session: str | None, result: LookupResult) -> None:
+    """A call answered before the store opened (rejected, or the store unavailable) is still
+    recorded; into the default SQLite file only where a knowledge store was ingested, so a
+    mistyped ``store.path`` creates nothing."""
+    if settings.recorder.url is None and not l0_index_path(settings).is_file():
+        return
+    recorder = build_recorder(settings)
     try:
-        recorder.record(invocation_row(text, session, rejected, latency_ms=0.0))
+        recorder.record(invocation_row(text, session, result, latency_ms=0.0))
     except RecorderUnavailableError as exc:
-        errors.print(f"[yellow]not recorded:[/] {exc}", highlight=False, soft_wrap=True)
+        errors.print(f"[yellow]not recorded:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     finally:
         recorder.close()
 
@@ -170,7 +191,7 @@ def render_command(
     except OSError as exc:
         _fail(f"cannot write diagrams to {out}: {exc}", code=1)
     for path in report.written:
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {escape(str(path))}", highlight=False)
     if report.images_skipped:
         errors.print(
             f"Graphviz `dot` not found: wrote DOT and Mermaid (.mmd) only; {GRAPHVIZ_HINT}",
@@ -186,7 +207,7 @@ app.add_typer(invocations_app, name="invocations")
 
 
 def _recorder(config: Path | None, overrides: list[str] | None) -> InvocationRecorder:
-    return InvocationRecorder(invocation_db_url(_config(config, overrides)))
+    return build_recorder(_config(config, overrides))
 
 
 @invocations_app.callback(invoke_without_command=True)
@@ -225,12 +246,12 @@ def invocations_command(
         table.add_row(
             str(row.id),
             f"{row.created_at:%m-%d %H:%M:%S}" if row.created_at else "",
-            row.session_id or "",
+            escape(row.session_id or ""),
             row.status,
             str(row.evidence_count),
             "\n".join(filter(None, [row.retrieval_layer, retry])),
             f"{row.latency_ms:.0f}",
-            row.input if len(row.input) <= 80 else row.input[:79] + "…",
+            escape(row.input if len(row.input) <= 80 else row.input[:79] + "…"),
         )
     console.print(table)
 
@@ -271,17 +292,20 @@ def _print_invocation(row: Invocation) -> None:
         ("fallback reason", row.fallback_reason or "none"),
         ("latency ms", f"{row.latency_ms:.1f}"),
     ]:
-        table.add_row(label, str(value))
+        table.add_row(label, escape(str(value)))
     console.print(table)
     console.print("retrieval_details:")
     console.print(JSON.from_data(row.retrieval_details, ensure_ascii=False))
 
 
 def _print_json(data: object, indent: int | None = None) -> None:
-    """JSON on stdout: indented on a terminal unless ``indent`` says otherwise, else one line."""
+    """JSON on stdout, indented on a terminal unless ``indent`` says otherwise, else one line;
+    ``\\uXXXX`` escapes where stdout cannot encode all of Unicode (a non-UTF-8 locale,
+    ``PYTHONIOENCODING=ascii``), which JSON readers decode the same."""
     if indent is None and sys.stdout.isatty():
         indent = 2
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=indent or None))
+    utf = (sys.stdout.encoding or "").lower().replace("-", "").replace("_", "") in {"utf8", "utf8sig"}
+    sys.stdout.write(json.dumps(data, ensure_ascii=not utf, indent=indent or None))
     sys.stdout.write("\n")
 
 
@@ -293,7 +317,7 @@ def mcp_command(config: ConfigOption = None, overrides: SetOption = None) -> Non
     settings = _config(config, overrides)
     try:
         serve_stdio(settings)
-    except StoreUnavailableError as exc:
+    except StoreError as exc:
         _fail(str(exc), code=1)
 
 

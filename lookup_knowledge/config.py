@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 DEFAULT_RETRIEVE_K = 20
 DEFAULT_RETURN_N = 5
@@ -27,7 +29,7 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     # YAML (and so ``--set``) reads ``collection: 2024`` as a number: let text fields take it.
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True, allow_inf_nan=False)
 
 
 class StoreConfig(_Section):
@@ -35,6 +37,8 @@ class StoreConfig(_Section):
     path: Path = Path(".lookup-knowledge")
     url: str | None = None
     collection: str = Field("knowledge", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    timeout_s: float = Field(5.0, gt=0, le=600)
+    lock_wait_s: float = Field(10.0, ge=0, le=3600)
 
     @field_validator("path", mode="before")
     @classmethod
@@ -52,12 +56,21 @@ class StoreConfig(_Section):
 class EmbedderConfig(_Section):
     model: str = Field("all-MiniLM-L6-v2", min_length=1)
     batch_size: int = Field(64, ge=1, le=4096)
-    device: str = "cpu"
+    device: str = Field("cpu", pattern=r"^(cpu|cuda|mps|xpu|hpu|npu)(:\d+)?$")
+
+    @field_validator("model")
+    @classmethod
+    def _existing_model_path(cls, value: str) -> str:
+        """A model given as a path (``/``, ``./``, ``../``, ``~``) must exist; names load later."""
+        if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
+            raise ValueError("no model folder at this path")
+        return value
 
 
 class IngestConfig(_Section):
     chunk_chars: int = Field(1000, ge=100, le=100_000)
     max_file_bytes: int = Field(2_000_000, ge=1)
+    allow_outside_root: bool = False
 
 
 class ToggleConfig(_Section):
@@ -101,6 +114,21 @@ class ContextConfig(_Section):
 
 class RecorderConfig(_Section):
     url: str | None = None
+    timeout_s: float = Field(2.0, gt=0, le=60)
+    retry_after_s: float = Field(30.0, ge=0, le=3600)
+
+    @field_validator("url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        """A URL SQLAlchemy can parse, of a dialect it knows (the message never echoes it: it may
+        hold a password)."""
+        if value is None:
+            return value
+        try:
+            make_url(value).get_dialect()
+        except (ArgumentError, NoSuchModuleError, ValueError):
+            raise ValueError("not a database URL SQLAlchemy knows, e.g. postgresql+psycopg://...") from None
+        return value
 
 
 class Config(_Section):

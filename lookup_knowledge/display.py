@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from lookup_knowledge.contract import LookupResult
 
@@ -12,13 +14,15 @@ from lookup_knowledge.contract import LookupResult
 def print_result(console: Console, result: LookupResult) -> None:
     """Evidence table, fallback decision and packed context."""
     style = "green" if result.found else "yellow"
-    console.print(f"[bold {style}]{result.evidence_status}[/] {result.message}", highlight=False)
+    console.print(f"[bold {style}]{result.evidence_status}[/] {escape(result.message)}", highlight=False)
     trace = result.retrieval_trace
     if trace is not None:
         hints = trace.l0_hints
         console.print(
-            f"L0 hints: domains={hints.domains} keywords={hints.matched_keywords} "
-            f"entities={hints.entities} titles={hints.matched_titles}",
+            escape(
+                f"L0 hints: domains={hints.domains} keywords={hints.matched_keywords} "
+                f"entities={hints.entities} titles={hints.matched_titles}"
+            ),
             highlight=False,
         )
         for attempt in trace.attempts:
@@ -41,14 +45,14 @@ def print_result(console: Console, result: LookupResult) -> None:
     for block in result.evidence_blocks:
         table.add_row(
             str(block.rank),
-            block.evidence_key,
-            block.source or "",
+            escape(block.evidence_key),
+            escape(block.source or ""),
             f"{block.normalized_score:.3f}",
             f"{block.rerank_score:.3f}",
-            ", ".join(block.hit_reasons),
+            escape(", ".join(block.hit_reasons)),
         )
     console.print(table)
     if result.context_pack is not None:
         summary = result.context_pack.summary
         title = f"Context pack ({summary.chars_used}/{summary.budget_chars} chars)"
-        console.print(Panel(result.context_pack.text, title=title), highlight=False)
+        console.print(Panel(Text(result.context_pack.text), title=title), highlight=False)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
+from lookup_knowledge.adapters.search import StoreError
 from lookup_knowledge.config import ConfigError, load_config, parse_override
 from lookup_knowledge.eval_data import (
     EvalDataError,
@@ -82,7 +82,7 @@ def eval_command(
         return
     try:
         tool = KnowledgeTool.from_config(settings)
-    except StoreUnavailableError as exc:
+    except StoreError as exc:
         _fail(str(exc), code=1)
     with tool:
         run = _with_progress(tool, queries, judgments)

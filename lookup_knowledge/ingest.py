@@ -1,8 +1,11 @@
 """Ingestion: source documents -> chunks -> embeddings -> search store + L0 index.
 
-Idempotent: point ids derive from evidence keys and each document carries a content hash, so an
-unchanged document is skipped, a changed one replaces its chunks, and ``prune`` removes
-documents no longer in the source.
+Idempotent and atomic per document: point ids derive from the evidence key and the document's
+content hash, and every chunk carries that hash and its version's chunk count. A document is
+unchanged only when the store holds exactly its current version, complete; a changed one is
+written beside its old version, which is then deleted, so a kill at any point leaves the old
+version intact and the next run completes the new one. ``prune`` removes documents whose
+source is gone, never ones skipped (unreadable) in this run.
 
 >>> report = ingest("knowledge/", load_config())  # doctest: +SKIP
 >>> report.chunks_written  # doctest: +SKIP
@@ -19,14 +22,16 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from lookup_knowledge.adapters.corpus import SkippedFile, SourceDocument, read_corpus
+from lookup_knowledge.adapters.corpus import Corpus, SkippedFile, SourceDocument, read_corpus
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Document, L0Index
 from lookup_knowledge.adapters.search import (
+    DOC_CHUNKS_FIELD,
     DOC_HASH_FIELD,
     EVIDENCE_KEY_FIELD,
     KnowledgeStore,
     StoredChunk,
+    StoredDocument,
     evidence_key,
 )
 from lookup_knowledge.chunking import Chunk, chunk_document
@@ -57,6 +62,7 @@ class _PendingChunk:
     doc: SourceDocument
     chunk: Chunk
     doc_hash: str
+    doc_chunks: int
 
 
 def ingest(
@@ -70,12 +76,14 @@ def ingest(
 ) -> IngestReport:
     """Ingest a markdown folder or BEIR JSONL corpus into the configured store and L0 index."""
     started = time.perf_counter()
-    corpus = read_corpus(source, config.ingest.max_file_bytes)
+    corpus = read_corpus(
+        source, config.ingest.max_file_bytes, allow_outside_root=config.ingest.allow_outside_root
+    )
     embedder = embedder or build_embedder(config)
     owns_store = store is None
     store = store or open_store(config, embedder.dimension)
     try:
-        report = _sync(corpus.documents, store, embedder, config, prune, progress)
+        report = _sync(corpus, store, embedder, config, prune, progress)
         report.points_in_store = store.count()
     finally:
         if owns_store:
@@ -87,29 +95,25 @@ def ingest(
 
 
 def _sync(
-    documents: list[SourceDocument],
+    corpus: Corpus,
     store: KnowledgeStore,
     embedder: Embedder,
     config: Config,
     prune: bool,
     progress: bool,
 ) -> IngestReport:
-    existing = store.document_hashes()
+    documents = corpus.documents
+    stored = store.documents()
     hashes = {doc.doc_id: document_hash(doc, config, embedder.model_name) for doc in documents}
-    changed = [doc for doc in documents if existing.get(doc.doc_id) != hashes[doc.doc_id]]
-    pending = [
-        _PendingChunk(doc, chunk, hashes[doc.doc_id])
-        for doc in changed
-        for chunk in chunk_document(doc, config.ingest.chunk_chars)
-    ]
-    _write(pending, store, embedder, progress)
-    store.delete_stale_chunks({d.doc_id: hashes[d.doc_id] for d in changed if d.doc_id in existing})
-    gone = sorted(set(existing) - set(hashes)) if prune else []
+    changed = [doc for doc in documents if not _holds(stored.get(doc.doc_id), hashes[doc.doc_id])]
+    chunks = {doc.doc_id: chunk_document(doc, config.ingest.chunk_chars) for doc in changed}
+    _write(changed, chunks, hashes, store, embedder, progress)
+    gone = _prunable(stored, hashes, corpus.skipped) if prune else []
     store.delete_documents(gone)
-    if pending or gone:
+    if changed or gone:
         store.optimize()  # HNSW index and merged segments: search goes from exact scans to ~1 ms
     _update_l0(config, documents, gone)
-    updated = sum(doc.doc_id in existing for doc in changed)
+    updated = sum(doc.doc_id in stored for doc in changed)
     return IngestReport(
         source="",
         documents=len(documents),
@@ -117,24 +121,72 @@ def _sync(
         updated=updated,
         unchanged=len(documents) - len(changed),
         pruned=len(gone),
-        chunks_written=len(pending),
+        chunks_written=sum(map(len, chunks.values())),
     )
 
 
-def _write(pending: list[_PendingChunk], store: KnowledgeStore, embedder: Embedder, progress: bool) -> None:
-    """Embed and upsert in groups of similar length (the model pads each batch to its longest)."""
-    ordered = sorted(pending, key=lambda p: len(p.chunk.embedding_text))
+def _holds(stored: StoredDocument | None, doc_hash: str) -> bool:
+    """The store holds this version of the document, complete, and no other: it is unchanged."""
+    return stored is not None and stored.holds_only(doc_hash)
+
+
+def _prunable(
+    stored: dict[str, StoredDocument], hashes: dict[str, str], skipped: list[SkippedFile]
+) -> list[str]:
+    """Stored documents whose source is gone; none when a skipped record's document is unknown."""
+    if any(s.doc_source is None for s in skipped):
+        return []  # a JSONL line that did not parse may be any stored document: keep them all
+    kept_sources = {s.doc_source for s in skipped}
+    return sorted(
+        doc_id for doc_id, doc in stored.items() if doc_id not in hashes and doc.source not in kept_sources
+    )
+
+
+def _write(
+    documents: list[SourceDocument],
+    chunks: dict[str, list[Chunk]],
+    hashes: dict[str, str],
+    store: KnowledgeStore,
+    embedder: Embedder,
+    progress: bool,
+) -> None:
+    """Embed and write whole documents in groups of about :data:`EMBED_GROUP` chunks.
+
+    A group never splits a document, and documents go in order of their mean chunk length
+    (the model pads each batch to its longest), so each write replaces whole documents.
+    """
+    ordered = sorted(documents, key=lambda doc: _mean_length(chunks[doc.doc_id]))
     with _progress_bar(progress) as bar:
-        task = bar.add_task("embedding chunks", total=len(ordered))
-        for group in _groups(ordered, EMBED_GROUP):
-            vectors = embedder.embed_documents([p.chunk.embedding_text for p in group])
-            store.upsert([StoredChunk(v, _payload(p)) for p, v in zip(group, vectors, strict=True)])
-            bar.advance(task, len(group))
+        task = bar.add_task("embedding chunks", total=sum(map(len, chunks.values())))
+        for group in _groups(ordered, chunks, EMBED_GROUP):
+            pending = [
+                _PendingChunk(doc, chunk, hashes[doc.doc_id], len(chunks[doc.doc_id]))
+                for doc in group
+                for chunk in chunks[doc.doc_id]
+            ]
+            vectors = embedder.embed_documents([p.chunk.embedding_text for p in pending])
+            written = [StoredChunk(v, _payload(p)) for p, v in zip(pending, vectors, strict=True)]
+            store.write_documents(written)
+            bar.advance(task, len(pending))
 
 
-def _groups(items: Sequence[_PendingChunk], size: int) -> Iterator[Sequence[_PendingChunk]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+def _mean_length(chunks: list[Chunk]) -> float:
+    return sum(len(c.embedding_text) for c in chunks) / max(1, len(chunks))
+
+
+def _groups(
+    documents: Sequence[SourceDocument], chunks: dict[str, list[Chunk]], size: int
+) -> Iterator[list[SourceDocument]]:
+    group: list[SourceDocument] = []
+    filled = 0
+    for doc in documents:
+        if group and filled + len(chunks[doc.doc_id]) > size:
+            yield group
+            group, filled = [], 0
+        group.append(doc)
+        filled += len(chunks[doc.doc_id])
+    if group:
+        yield group
 
 
 def _progress_bar(enabled: bool) -> Progress:
@@ -164,6 +216,7 @@ def _payload(pending: _PendingChunk) -> dict[str, object]:
         "description": doc.description,
         "doc_type": doc.doc_type,
         DOC_HASH_FIELD: pending.doc_hash,
+        DOC_CHUNKS_FIELD: pending.doc_chunks,
     }
 
 

@@ -19,8 +19,9 @@ from importlib.metadata import version
 from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from lookup_knowledge.agent import QUERY_DESCRIPTION, TOOL_DESCRIPTION, TOOL_NAME, AgentLookup, new_session_id
 from lookup_knowledge.config import Config
@@ -36,9 +37,7 @@ INSTRUCTIONS = (
 def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer:
     """An MCP server exposing ``lookup_knowledge(query)``; its calls share ``session_id`` (default: fresh)."""
     session = session_id or new_session_id("mcp")
-    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=version("lookup-knowledge"))
 
-    @server.tool(name=TOOL_NAME, description=TOOL_DESCRIPTION)
     def lookup_knowledge(
         query: Annotated[str, Field(description=QUERY_DESCRIPTION)],
     ) -> Annotated[CallToolResult, LookupResult]:
@@ -50,7 +49,23 @@ def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer
             is_error=result.evidence_status == "invalid_input",
         )
 
-    return server
+    tool = _closed_arguments(
+        Tool.from_function(lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION)
+    )
+    return MCPServer(
+        SERVER_NAME, instructions=INSTRUCTIONS, version=version("lookup-knowledge"), tools=[tool]
+    )
+
+
+def _closed_arguments(tool: Tool) -> Tool:
+    """``tool`` refusing arguments it does not declare (``additionalProperties: false``), as the
+    schema every other export of the tool says (:data:`~lookup_knowledge.agent.INPUT_SCHEMA`)."""
+    arguments = tool.fn_metadata.arg_model
+    closed = type(arguments.__name__, (arguments,), {"model_config": ConfigDict(extra="forbid")})
+    metadata = tool.fn_metadata.model_copy(update={"arg_model": closed})
+    return tool.model_copy(
+        update={"fn_metadata": metadata, "parameters": closed.model_json_schema(by_alias=True)}
+    )
 
 
 def serve_stdio(config: Config) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
-from lookup_knowledge.adapters.search import KnowledgeStore
+from lookup_knowledge.adapters.search import KnowledgeSearchPort, KnowledgeStore
+from lookup_knowledge.adapters.shared_store import SharedSearchPort, open_shared
 from lookup_knowledge.config import Config
 
 
@@ -17,15 +19,37 @@ def build_embedder(config: Config) -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(e.model, batch_size=e.batch_size, device=e.device)
 
 
-def open_store(config: Config, dimension: int, *, create: bool = True) -> KnowledgeStore:
-    """The configured search store: embedded Qdrant Edge, or qdrant-client by URL / local mode."""
+def open_store(config: Config, dimension: int | None = None, *, create: bool = True) -> KnowledgeStore:
+    """The configured search store: embedded Qdrant Edge, or qdrant-client by URL / local mode.
+
+    ``dimension`` is needed only to create a store; an existing one opens without it (so a
+    lookup learns that the store is missing or down before the model loads).
+    """
     store = config.store
     if store.backend == "edge":
-        return QdrantEdgeStore(store.path / store.collection, dimension, create=create)
+        path = store.path / store.collection
+        return open_shared(lambda: QdrantEdgeStore(path, dimension, create=create), path, store.lock_wait_s)
     if store.url:
-        return QdrantClientStore(store.collection, dimension, url=store.url, api_key=store.api_key)
+        return QdrantClientStore(
+            store.collection,
+            dimension,
+            url=store.url,
+            api_key=store.api_key,
+            timeout_s=store.timeout_s,
+            create=create,
+        )
     location = ":memory:" if str(store.path) == ":memory:" else store.path / "qdrant"
-    return QdrantClientStore(store.collection, dimension, location=location)
+    return QdrantClientStore(store.collection, dimension, location=location, create=create)
+
+
+def open_search_port(config: Config, on_reopen: Callable[[], None]) -> KnowledgeSearchPort:
+    """The search port of a long-lived lookup process: an embedded store it hands over to
+    another process that asks (then reopens, calling ``on_reopen``); a server store as is."""
+    store = config.store
+    if store.backend != "edge":
+        return open_store(config, create=False)
+    path = store.path / store.collection
+    return SharedSearchPort(lambda: QdrantEdgeStore(path, create=False), path, store.lock_wait_s, on_reopen)
 
 
 def l0_index_path(config: Config) -> Path:

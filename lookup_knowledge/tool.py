@@ -11,8 +11,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import unicodedata
+from collections import OrderedDict
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 from threadpoolctl import threadpool_limits
 
 from lookup_knowledge.adapters.embedder import Embedder
@@ -28,10 +32,12 @@ from lookup_knowledge.pipeline import (
     execute_lookup,
     settings_inputs,
 )
-from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
+from lookup_knowledge.stores import build_embedder, l0_index_path, open_search_port
 
 logger = logging.getLogger(__name__)
+MAX_SESSIONS = 10_000  # sessions whose domains the tool keeps in memory (least recently used go)
 _SURROGATE = re.compile("[\ud800-\udfff]")  # Unicode category Cs: what invalid UTF-8 decodes to
+_FIELD_NAMES = {"query": "the query", "session_id": "the session id", "pinned_category": "the category"}
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # category Cc except tab, LF, CR
 
 
@@ -54,7 +60,8 @@ class KnowledgeTool:
         self.embedder = embedder or build_embedder(config)
         self._owned_store = None
         if search_port is None and config.l1.enabled:
-            search_port = self._owned_store = open_store(config, self.embedder.dimension, create=False)
+            # opened before the model loads; handed over to an ingest that asks, then reopened
+            search_port = self._owned_store = open_search_port(config, on_reopen=self._reload_l0_index)
         self.search_port = search_port
         self.l0_index = l0_index if l0_index is not None else L0Index.load(l0_index_path(config))
         self._timing = NodeTimingHook()
@@ -70,7 +77,7 @@ class KnowledgeTool:
         except ValueError:
             self.close()
             raise
-        self._sessions: dict[str, list[str]] = {}
+        self._sessions: OrderedDict[str, list[str]] = OrderedDict()  # least recently used first
         self._sessions_lock = threading.Lock()
         threadpool_limits(1, user_api="blas")  # BLAS threads fight torch's on few cores
 
@@ -92,14 +99,14 @@ class KnowledgeTool:
         ``prior_session_domains`` replaces the tool's in-memory session memory when the caller
         keeps sessions itself (the invocation record does).
         """
+        request = lookup_request(query, self.config.retrieval.max_query_chars, session_id, pinned_category)
+        if isinstance(request, str):
+            return rejected_result(query, request, prior_session_domains or [])
         if prior_session_domains is None:
-            prior_session_domains = self.session_domains(session_id)
-        invalid = invalid_query_result(query, self.config.retrieval.max_query_chars, prior_session_domains)
-        if invalid is not None:
-            return invalid
-        inputs = self.dataflow_inputs(query, pinned_category, prior_session_domains)
+            prior_session_domains = self.session_domains(request.session_id)
+        inputs = self.dataflow_inputs(request.query, request.pinned_category, prior_session_domains)
         result = self.execute_dataflow(inputs)
-        self._remember(session_id, result.retrieved_domains_this_session)
+        self._remember(request.session_id, result.retrieved_domains_this_session)
         return result
 
     def execute_dataflow(
@@ -145,6 +152,14 @@ class KnowledgeTool:
             with self._sessions_lock:
                 known = self._sessions.setdefault(session_id, [])
                 known.extend(d for d in domains if d not in known)
+                self._sessions.move_to_end(session_id)
+                while len(self._sessions) > MAX_SESSIONS:  # a long-running server forgets the oldest
+                    self._sessions.popitem(last=False)
+
+    def _reload_l0_index(self) -> None:
+        """Read the L0 index again (the store was handed over: another process may have ingested)."""
+        self.l0_index = L0Index.load(l0_index_path(self.config))
+        self._static_inputs = {**self._static_inputs, "l0_index": self.l0_index}
 
     def close(self) -> None:
         """Release the store this tool opened."""
@@ -159,36 +174,106 @@ class KnowledgeTool:
         self.close()
 
 
+class LookupRequest(BaseModel):
+    """One lookup's input, validated alike at every entry point (API, MCP, CLI, evaluation).
+
+    A ``str`` subclass (``numpy.str_``) is read as its plain string; any other type is refused
+    without calling its methods. The query must hold visible text (not only whitespace or
+    format characters such as U+200B), valid UTF-8 (no lone surrogates) and no control
+    characters, within ``max_query_chars`` (validation context). A session id or pinned
+    category with lone surrogates (undecodable bytes) is kept with them escaped.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    query: str
+    session_id: str | None = None
+    pinned_category: str | None = None
+
+    @field_validator("query", "session_id", "pinned_category", mode="before")
+    @classmethod
+    def _plain_string(cls, value: Any, info: ValidationInfo) -> Any:
+        if type(value) is str or (value is None and info.field_name != "query"):
+            return value
+        if isinstance(value, str):
+            return plain_string(value)
+        name = {"query": "the query", "session_id": "the session id"}.get(
+            str(info.field_name), "the category"
+        )
+        kind = type(value).__name__
+        raise PydanticCustomError(
+            "not_a_string", "{name} must be a string, not {kind}", {"name": name, "kind": kind}
+        )
+
+    @field_validator("query")
+    @classmethod
+    def _readable_query(cls, query: str, info: ValidationInfo) -> str:
+        max_chars = (info.context or {}).get("max_query_chars", len(query))
+        if not query.strip():
+            raise PydanticCustomError("empty", "the query is empty")
+        if len(query) > max_chars:
+            raise PydanticCustomError(
+                "too_long",
+                "the query has {n} characters; the limit is {limit} (retrieval.max_query_chars)",
+                {"n": len(query), "limit": max_chars},
+            )
+        if _SURROGATE.search(query):
+            raise PydanticCustomError("not_utf8", "the query is not valid UTF-8 text")
+        if _CONTROL.search(query):
+            raise PydanticCustomError("control", "the query contains control characters")
+        if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in query):
+            raise PydanticCustomError("invisible", "the query has only invisible (format) characters")
+        return query.strip()
+
+    @field_validator("session_id", "pinned_category")
+    @classmethod
+    def _encodable(cls, value: str | None) -> str | None:
+        return None if value is None else value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def plain_string(value: Any) -> Any:
+    """A ``str`` subclass as its plain string (its own methods are never called); else ``value``."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
+def lookup_request(
+    query: Any, max_chars: int, session_id: Any = None, pinned_category: Any = None
+) -> LookupRequest | str:
+    """The validated request, or why it cannot be looked up."""
+    data = {"query": query, "session_id": session_id, "pinned_category": pinned_category}
+    try:
+        return LookupRequest.model_validate(data, context={"max_query_chars": max_chars})
+    except ValidationError as exc:
+        return exc.errors()[0]["msg"]
+
+
 def query_problem(query: Any, max_chars: int) -> str | None:
     """Why a query cannot be looked up, or ``None`` when it is fine."""
-    if not isinstance(query, str):
-        return f"the query must be a string, not {type(query).__name__}"
-    if not query.strip():
-        return "the query is empty"
-    if len(query) > max_chars:
-        return f"the query has {len(query)} characters; the limit is {max_chars} (retrieval.max_query_chars)"
-    if _SURROGATE.search(query):
-        return "the query is not valid UTF-8 text"
-    if _CONTROL.search(query):
-        return "the query contains control characters"
-    return None
+    request = lookup_request(query, max_chars)
+    return request if isinstance(request, str) else None
 
 
 def invalid_query_result(query: Any, max_chars: int, session_domains: list[str]) -> LookupResult | None:
     """The ``invalid_input`` result for a query that cannot be looked up, else ``None``."""
     problem = query_problem(query, max_chars)
-    if problem is None:
-        return None
+    return None if problem is None else rejected_result(query, problem, session_domains)
+
+
+def rejected_result(query: Any, problem: str, session_domains: list[str]) -> LookupResult:
+    """The ``invalid_input`` result saying why ``query`` was refused."""
     return failure_result(_echo(query), "invalid_input", f"Invalid query: {problem}.", session_domains)
 
 
 def _echo(query: Any) -> str:
     """The rejected query as it can be echoed in JSON: short, and encodable as UTF-8.
 
-    A lone surrogate (e.g. from ``surrogateescape`` decoding) cannot be written as UTF-8, so
-    it is echoed as its escape sequence rather than making the whole result unserializable.
+    Only a string is echoed (another object's ``__str__`` may raise or lie); a lone surrogate
+    (e.g. from ``surrogateescape`` decoding) is echoed as its escape sequence rather than
+    making the whole result unserializable.
     """
-    return str(query)[:200].encode("utf-8", "backslashreplace").decode("utf-8")
+    if not isinstance(query, str):
+        return f"<{type(query).__name__}>"
+    return str.__str__(query)[:200].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def failure_result(

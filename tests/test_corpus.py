@@ -299,3 +299,74 @@ def test_all_files_bad_gives_empty_corpus_with_reasons(tmp_path: Path) -> None:
     corpus = read_corpus(tmp_path)
     assert corpus.documents == []
     assert list(skipped_reasons(corpus)) == ["bad.md"]
+
+
+# --- files outside the folder, headers that are not mappings, byte-order marks -------------------
+
+
+def test_symlink_to_a_file_outside_the_folder_is_skipped(tmp_path: Path) -> None:
+    kb = tmp_path / "kb"
+    write_markdown(kb, "good.md", {"title": "Good"}, "fine")
+    write_markdown(tmp_path, "secret.md", {"title": "Secret"}, "password=hunter2")
+    (kb / "linked.md").symlink_to(tmp_path / "secret.md")
+    corpus = read_corpus(kb)
+    assert [d.doc_id for d in corpus.documents] == ["good.md"]
+    assert "outside the knowledge-base folder" in skipped_reasons(corpus)["linked.md"]
+
+
+def test_symlinked_folder_outside_the_root_is_skipped(tmp_path: Path) -> None:
+    kb = tmp_path / "kb"
+    write_markdown(kb, "good.md", {"title": "Good"}, "fine")
+    write_markdown(tmp_path / "elsewhere", "other.md", {"title": "Other"}, "text")
+    (kb / "elsewhere").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    corpus = read_corpus(kb)
+    assert [d.doc_id for d in corpus.documents] == ["good.md"]
+    assert all("outside" in s.reason for s in corpus.skipped)
+
+
+def test_outside_files_are_read_when_allowed(tmp_path: Path) -> None:
+    kb = tmp_path / "kb"
+    write_markdown(tmp_path, "shared.md", {"id": "shared", "title": "Shared"}, "text")
+    kb.mkdir()
+    (kb / "shared.md").symlink_to(tmp_path / "shared.md")
+    corpus = read_corpus(kb, allow_outside_root=True)
+    assert [d.doc_id for d in corpus.documents] == ["shared"]
+
+
+def test_symlink_inside_the_folder_is_read(tmp_path: Path) -> None:
+    write_markdown(tmp_path, "real.md", {"id": "real", "title": "Real"}, "text")
+    (tmp_path / "alias.md").symlink_to(tmp_path / "real.md")
+    corpus = read_corpus(tmp_path)
+    assert [d.doc_id for d in corpus.documents] == ["real"]  # the alias is a duplicate id
+    assert "duplicate document id" in skipped_reasons(corpus)["real.md"]
+
+
+@pytest.mark.parametrize(
+    ("header", "kind"), [("- a\n- b", "list"), ("just a sentence", "str"), ("42", "int")]
+)
+def test_list_or_scalar_frontmatter_is_skipped_and_named(tmp_path: Path, header: str, kind: str) -> None:
+    (tmp_path / "odd.md").write_text(f"---\n{header}\n---\n# Body\n", encoding="utf-8")
+    corpus = read_corpus(tmp_path)
+    assert corpus.documents == []
+    assert skipped_reasons(corpus)["odd.md"] == f"frontmatter is a {kind}, not a mapping of fields"
+
+
+def test_empty_frontmatter_is_no_metadata(tmp_path: Path) -> None:
+    (tmp_path / "empty.md").write_text("---\n---\n# Heading\nbody\n", encoding="utf-8")
+    (doc,) = read_corpus(tmp_path).documents
+    assert (doc.doc_id, doc.title, doc.body) == ("empty.md", "Heading", "# Heading\nbody")
+
+
+def test_jsonl_with_a_byte_order_mark_keeps_its_first_record(tmp_path: Path) -> None:
+    lines = [json.dumps({"_id": "d1", "text": "first"}), json.dumps({"_id": "d2", "text": "second"})]
+    (tmp_path / "c.jsonl").write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode())
+    corpus = read_corpus(tmp_path / "c.jsonl")
+    assert [d.doc_id for d in corpus.documents] == ["d1", "d2"]
+    assert corpus.skipped == []
+
+
+def test_skipped_files_name_the_source_their_document_has(tmp_path: Path) -> None:
+    (tmp_path / "bad.md").write_bytes(b"\x00")
+    (tmp_path / "c.jsonl").write_text('{"_id": "x"}\nnot json\n', encoding="utf-8")
+    assert [s.doc_source for s in read_corpus(tmp_path).skipped] == ["bad.md"]
+    assert [s.doc_source for s in read_corpus(tmp_path / "c.jsonl").skipped] == ["x", None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -94,7 +95,7 @@ def test_report_names_its_source(sample: SampleIngest) -> None:
 
 def test_store_holds_one_hash_per_document(sample: SampleIngest) -> None:
     with opened(sample.config) as store:
-        hashes = store.document_hashes()
+        hashes = store.documents()
         assert store.count() == sample.expected_chunks
     assert len(hashes) == 30
     assert "support-fapiao-requests-zh" in hashes
@@ -197,7 +198,7 @@ def test_prune_removes_a_deleted_documents_points_and_l0_entry(
     assert report.documents == 2
     assert report.points_in_store == first.points_in_store - 1
     with opened(config) as store:
-        assert "kafka-runbook" not in store.document_hashes()
+        assert "kafka-runbook" not in store.documents()
     index = L0Index.load(l0_index_path(config))
     assert "kafka-runbook" not in index.documents
     assert index.match("kafka").is_empty
@@ -211,7 +212,7 @@ def test_without_prune_a_deleted_document_stays(small_corpus: Path, tmp_path: Pa
     assert report.pruned == 0
     assert report.points_in_store == first.points_in_store
     with opened(config) as store:
-        assert "kafka-runbook" in store.document_hashes()
+        assert "kafka-runbook" in store.documents()
     assert "kafka-runbook" in L0Index.load(l0_index_path(config)).documents
 
 
@@ -226,7 +227,7 @@ def test_bad_file_is_skipped_and_named_while_the_rest_ingest(
     assert [s.path for s in report.skipped] == ["broken.md"]
     assert "broken YAML frontmatter" in report.skipped[0].reason
     with opened(config) as store:
-        assert sorted(store.document_hashes()) == ["api-keys", "kafka-runbook", "refunds"]
+        assert sorted(store.documents()) == ["api-keys", "kafka-runbook", "refunds"]
 
 
 def test_ingest_into_a_given_store_leaves_it_open(small_corpus: Path, tmp_path: Path, embedder) -> None:
@@ -300,3 +301,103 @@ def test_cli_missing_config_file_exits_2(runner: CliRunner, small_corpus: Path, 
     assert result.exit_code == 2
     assert "config file not found" in result.stderr
     assert "Traceback" not in result.output
+
+
+# --- atomic per document, prune, files outside the folder -----------------------------------------
+
+
+def test_prune_keeps_a_document_whose_file_was_unreadable_this_run(
+    small_corpus: Path, tmp_path: Path, embedder
+) -> None:
+    config = make_config(tmp_path / "store")
+    first = ingest(small_corpus, config, embedder=embedder)
+    (small_corpus / "infrastructure" / "kafka.md").write_bytes(b"\xff\xfe not utf-8")
+    report = ingest(small_corpus, config, prune=True, embedder=embedder)
+    assert [s.path for s in report.skipped] == ["infrastructure/kafka.md"]
+    assert report.pruned == 0
+    assert report.points_in_store == first.points_in_store
+    with opened(config) as store:
+        assert "kafka-runbook" in store.documents()
+
+
+def test_prune_removes_nothing_when_a_jsonl_record_is_unreadable(tmp_path: Path, embedder) -> None:
+    config = make_config(tmp_path / "store")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "a", "text": "alpha"}\n{"_id": "b", "text": "beta"}\n', encoding="utf-8")
+    ingest(corpus, config, embedder=embedder)
+    corpus.write_text('{"_id": "a", "text": "alpha"}\n{"_id": "b", "text": "be\n', encoding="utf-8")
+    report = ingest(corpus, config, prune=True, embedder=embedder)
+    assert report.pruned == 0
+    with opened(config) as store:
+        assert sorted(store.documents()) == ["a", "b"]
+
+
+def test_a_file_linked_from_outside_the_folder_is_not_ingested(tmp_path: Path, embedder) -> None:
+    kb = tmp_path / "kb"
+    write_markdown(kb, "good.md", {"id": "good", "title": "Good"}, "Rotate keys every 90 days.")
+    write_markdown(tmp_path, "passwd.md", {"id": "passwd", "title": "Secrets"}, "root:x:0:0")
+    (kb / "passwd.md").symlink_to(tmp_path / "passwd.md")
+    config = make_config(tmp_path / "store")
+    report = ingest(kb, config, embedder=embedder)
+    assert report.documents == 1
+    assert "outside the knowledge-base folder" in report.skipped[0].reason
+    with opened(config) as store:
+        assert sorted(store.documents()) == ["good"]
+
+
+class _FailingEmbedder:
+    """The real embedder, failing on its ``fail_at``-th call (a crash in the middle of ingest)."""
+
+    def __init__(self, embedder, fail_at: int) -> None:
+        self._embedder, self._calls, self._fail_at = embedder, 0, fail_at
+        self.dimension, self.model_name = embedder.dimension, embedder.model_name
+
+    def embed_documents(self, texts):
+        self._calls += 1
+        if self._calls == self._fail_at:
+            raise RuntimeError("killed")
+        return self._embedder.embed_documents(texts)
+
+
+def test_an_interrupted_update_keeps_old_versions_whole_and_the_rerun_completes_it(
+    tmp_path: Path, embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(importlib.import_module("lookup_knowledge.ingest"), "EMBED_GROUP", 3)
+    kb = tmp_path / "kb"
+    for n in range(6):
+        write_markdown(
+            kb, f"d{n}.md", {"id": f"d{n}"}, "\n\n".join(f"## S{i}\n" + "old " * 40 for i in range(3))
+        )
+    config = make_config(tmp_path / "store", ingest__chunk_chars=200)
+    ingest(kb, config, embedder=embedder)
+    for n in range(6):
+        write_markdown(
+            kb, f"d{n}.md", {"id": f"d{n}"}, "\n\n".join(f"## S{i}\n" + "new " * 40 for i in range(2))
+        )
+    with pytest.raises(RuntimeError, match="killed"):
+        ingest(kb, config, embedder=_FailingEmbedder(embedder, fail_at=3))
+    with opened(config) as store:
+        documents = store.documents()
+    assert all(True in doc.versions.values() for doc in documents.values())  # a whole version each
+    assert sum(len(doc.versions) == 1 for doc in documents.values()) >= 2  # some done, some not
+    report = ingest(kb, config, embedder=embedder)
+    assert report.unchanged + report.updated == 6
+    assert report.updated > 0
+    with opened(config) as store:
+        assert all(
+            len(doc.versions) == 1 and True in doc.versions.values() for doc in store.documents().values()
+        )
+    assert [h.content.count("new") for h in stored_chunks(config, embedder, "d0")] == [40, 40]
+
+
+def test_a_document_with_a_chunk_missing_is_rewritten(small_corpus: Path, tmp_path: Path, embedder) -> None:
+    config = make_config(tmp_path / "store", ingest__chunk_chars=100)
+    first = ingest(small_corpus, config, embedder=embedder)
+    refunds = stored_chunks(config, embedder, "refunds")
+    assert len(refunds) >= 2
+    with opened(config) as store:  # lose chunk 1 as a torn write would
+        store.delete_other_chunks({"refunds": [h.point_id for h in refunds if h.chunk_index != 1]})
+    report = ingest(small_corpus, config, embedder=embedder)
+    assert (report.updated, report.unchanged) == (1, 2)
+    assert report.points_in_store == first.points_in_store
+    assert [h.chunk_index for h in stored_chunks(config, embedder, "refunds")] == list(range(len(refunds)))

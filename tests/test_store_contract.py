@@ -14,12 +14,14 @@ from lookup_knowledge.adapters import qdrant_client_store, qdrant_edge_store
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore, StoreUnavailableError
 from lookup_knowledge.adapters.search import (
+    DOC_CHUNKS_FIELD,
     DOC_HASH_FIELD,
     EVIDENCE_KEY_FIELD,
     KnowledgeSearchPort,
     KnowledgeStore,
     SearchRequest,
     StoredChunk,
+    StoredDocument,
     evidence_key,
     point_id_for,
 )
@@ -34,6 +36,7 @@ CHUNKS: list[tuple[str, int, list[str], str]] = [
     ("api-keys", 0, ["security"], "Rotate every production API key at least every 90 days."),
 ]
 DOC_IDS = sorted({doc_id for doc_id, *_ in CHUNKS})
+CHUNK_COUNTS = {doc_id: sum(row[0] == doc_id for row in CHUNKS) for doc_id in DOC_IDS}
 QUERIES = [
     "how long do refunds take",
     "kafka consumers are lagging",
@@ -65,6 +68,7 @@ def stored(
     text: str,
     version: int = 1,
     vector: np.ndarray | None = None,
+    doc_chunks: int | None = None,
 ) -> StoredChunk:
     return StoredChunk(
         vector=(vector if vector is not None else vectors[text]).tolist(),
@@ -75,6 +79,8 @@ def stored(
             "content": text,
             "category": categories,
             DOC_HASH_FIELD: doc_hash(doc_id, version),
+            DOC_CHUNKS_FIELD: doc_chunks or CHUNK_COUNTS[doc_id],
+            "source": f"{doc_id}.md",
         },
     )
 
@@ -146,7 +152,7 @@ def test_store_implements_the_ports(loaded: KnowledgeStore) -> None:
 
 def test_new_store_is_empty(store: KnowledgeStore, vectors) -> None:
     assert store.count() == 0
-    assert store.document_hashes() == {}
+    assert store.documents() == {}
     assert store.search(request(vectors, QUERIES[0])) == []
 
 
@@ -159,9 +165,9 @@ def test_upsert_is_idempotent(filled: KnowledgeStore, vectors) -> None:
     assert filled.count() == len(CHUNKS)
 
 
-def test_upsert_of_same_key_replaces_the_point(filled: KnowledgeStore, vectors) -> None:
+def test_upsert_of_same_key_and_version_replaces_the_point(filled: KnowledgeStore, vectors) -> None:
     kafka_vector = vectors["Kafka consumer lag grows when brokers run out of disk."]
-    replacement = stored(vectors, "refunds", 0, ["payments"], "replaced", 2, vector=kafka_vector)
+    replacement = stored(vectors, "refunds", 0, ["payments"], "replaced", 1, vector=kafka_vector)
     filled.upsert([replacement])
     assert filled.count() == len(CHUNKS)
     top = filled.search(request(vectors, "kafka consumers are lagging", top_k=2))
@@ -204,7 +210,7 @@ def test_hits_carry_identity_content_and_payload(loaded: KnowledgeStore, vectors
     assert hit.doc_id == "kafka"
     assert hit.chunk_index == 0
     assert hit.content == "Kafka consumer lag grows when brokers run out of disk."
-    assert hit.point_id == point_id_for("kafka#chunk-0")
+    assert hit.point_id == point_id_for("kafka#chunk-0", doc_hash("kafka"))
     assert hit.payload["category"] == ["infrastructure"]
     assert hit.payload[DOC_HASH_FIELD] == doc_hash("kafka")
 
@@ -266,7 +272,7 @@ def test_search_batch_equals_individual_searches(loaded: KnowledgeStore, vectors
 def test_delete_documents_removes_all_their_chunks(filled: KnowledgeStore, vectors) -> None:
     filled.delete_documents(["refunds", "api-keys"])
     assert filled.count() == len(CHUNKS) - 3
-    assert sorted(filled.document_hashes()) == ["chargebacks", "kafka", "postgres"]
+    assert sorted(filled.documents()) == ["chargebacks", "kafka", "postgres"]
     hits = filled.search(request(vectors, "how long do refunds take"))
     assert "refunds" not in {h.doc_id for h in hits}
 
@@ -277,31 +283,48 @@ def test_delete_documents_ignores_unknown_ids_and_empty_input(filled: KnowledgeS
     assert filled.count() == len(CHUNKS)
 
 
-def test_delete_stale_chunks_drops_only_old_versions(filled: KnowledgeStore, vectors) -> None:
-    # refunds v2 has only one chunk: chunk 0 is rewritten, the old chunk 1 is stale
-    filled.upsert([stored(vectors, "refunds", 0, ["payments"], CHUNKS[0][3], version=2)])
-    filled.delete_stale_chunks({"refunds": doc_hash("refunds", 2)})
+def test_write_documents_replaces_the_old_version_whole(filled: KnowledgeStore, vectors) -> None:
+    # refunds v2 has only one chunk: both chunks of v1 go, chunk 0 of v2 stays
+    v2 = stored(vectors, "refunds", 0, ["payments"], "v2 text", 2, vectors[CHUNKS[0][3]], doc_chunks=1)
+    filled.write_documents([v2])
     assert filled.count() == len(CHUNKS) - 1
     refunds = [h for h in filled.search(request(vectors, QUERIES[0])) if h.doc_id == "refunds"]
-    assert [h.chunk_index for h in refunds] == [0]
-    assert refunds[0].payload[DOC_HASH_FIELD] == doc_hash("refunds", 2)
+    assert [(h.chunk_index, h.content) for h in refunds] == [(0, "v2 text")]
+    assert filled.documents()["refunds"].versions == {doc_hash("refunds", 2): True}
 
 
-def test_delete_stale_chunks_keeps_current_documents(filled: KnowledgeStore) -> None:
-    filled.delete_stale_chunks({doc_id: doc_hash(doc_id) for doc_id in DOC_IDS})
+def test_write_documents_keeps_other_documents(filled: KnowledgeStore, vectors) -> None:
+    filled.write_documents([stored(vectors, *CHUNKS[3])])
     assert filled.count() == len(CHUNKS)
+    assert all(filled.documents()[doc_id].holds_only(doc_hash(doc_id)) for doc_id in DOC_IDS)
 
 
-def test_document_hashes_maps_every_document(loaded: KnowledgeStore) -> None:
-    assert loaded.document_hashes() == {doc_id: doc_hash(doc_id) for doc_id in DOC_IDS}
+def test_a_new_version_is_written_beside_the_old_one(filled: KnowledgeStore, vectors) -> None:
+    # what a kill between the write and the delete leaves: the old version intact, the new partial
+    filled.upsert([stored(vectors, "refunds", 0, ["payments"], "v2 text", 2, vectors[CHUNKS[0][3]])])
+    assert filled.count() == len(CHUNKS) + 1
+    refunds = filled.documents()["refunds"]
+    assert refunds.versions == {doc_hash("refunds", 1): True, doc_hash("refunds", 2): False}
+    assert not refunds.holds_only(doc_hash("refunds", 2))
+    assert not refunds.holds_only(doc_hash("refunds", 1))
 
 
-def test_document_hashes_pages_through_the_store(
-    loaded: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_documents_reports_source_and_complete_versions(loaded: KnowledgeStore) -> None:
+    assert loaded.documents() == {
+        doc_id: StoredDocument(f"{doc_id}.md", {doc_hash(doc_id): True}) for doc_id in DOC_IDS
+    }
+
+
+def test_documents_flags_a_version_with_missing_chunks(store: KnowledgeStore, vectors) -> None:
+    store.upsert([stored(vectors, *CHUNKS[0])])  # chunk 0 of the two refunds chunks
+    assert store.documents()["refunds"].versions == {doc_hash("refunds"): False}
+
+
+def test_documents_pages_through_the_store(loaded: KnowledgeStore, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(qdrant_edge_store, "_SCROLL_PAGE", 2)
     monkeypatch.setattr(qdrant_client_store, "_SCROLL_PAGE", 2)
-    assert loaded.document_hashes() == {doc_id: doc_hash(doc_id) for doc_id in DOC_IDS}
+    assert sorted(loaded.documents()) == DOC_IDS
+    assert all(doc.holds_only(doc_hash(doc_id)) for doc_id, doc in loaded.documents().items())
 
 
 # --- the adapters agree -------------------------------------------------------------------------
@@ -331,10 +354,9 @@ def test_all_adapters_agree_after_deletes(make_store: StoreFactory, vectors) -> 
     for store in stores:
         store.upsert(all_chunks(vectors))
         store.delete_documents(["kafka"])
-        store.upsert([stored(vectors, "refunds", 0, ["payments"], CHUNKS[0][3], version=2)])
-        store.delete_stale_chunks({"refunds": doc_hash("refunds", 2)})
+        store.write_documents([stored(vectors, "refunds", 0, ["payments"], CHUNKS[0][3], 2, doc_chunks=1)])
     counts = {store.count() for store in stores}
-    hashes = [store.document_hashes() for store in stores]
+    hashes = [store.documents() for store in stores]
     assert counts == {len(CHUNKS) - 2}
     assert all(h == hashes[0] for h in hashes)
 

@@ -1,0 +1,171 @@
+"""One embedded store shared by processes: the holder hands it over when another process asks.
+
+Qdrant Edge lets one process hold a shard. A process that finds it held writes a *handover
+request* (``<collection>.handover``: its pid and command) and retries opening until
+``store.lock_wait_s`` passes (the lock error then names the holder). A process serving lookups
+through :class:`SharedSearchPort` sees the request (a watcher thread looks every 0.1 s), closes
+the shard once its searches in flight finish, and reopens it at its next lookup, waiting the
+same bounded time while the other process holds it. So ``lookup-knowledge ingest`` works while
+``lookup-knowledge mcp`` serves the same store, and the server's next lookup reads what was
+ingested.
+
+>>> port = SharedSearchPort(lambda: open_store(config, create=False), store_dir, wait_s=10)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .search import (
+    KnowledgeSearchPort,
+    KnowledgeStore,
+    SearchHit,
+    SearchRequest,
+    StoreLockedError,
+    process_note,
+)
+
+POLL_S = 0.1  # how often a waiting opener retries and the holder looks for a handover request
+
+
+def _alive(note: str) -> bool:
+    """Whether the process a note names still runs (a dead requester's note is stale)."""
+    try:
+        pid = int(note.split(" ", 1)[0])
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return pid != os.getpid()
+
+
+def open_shared(opener: Callable[[], KnowledgeStore], path: Path, wait_s: float) -> KnowledgeStore:
+    """Open the store at ``path``; while another process holds it, ask it to hand the store over
+    and retry for up to ``wait_s`` seconds (held in this process: no wait). The lock error then
+    names the holder."""
+    request = handover_request(path)
+    deadline = time.monotonic() + wait_s
+    asked = False
+    try:
+        while True:
+            try:
+                store = opener()
+            except StoreLockedError as exc:
+                held_here = _read(holder_note(path)).split(" ", 1)[0] == str(os.getpid())
+                if held_here or time.monotonic() >= deadline:
+                    raise StoreLockedError(f"{exc} (waited {wait_s:g} s, store.lock_wait_s)") from None
+                if not asked:
+                    request.write_text(process_note(), encoding="utf-8")
+                    asked = True
+                time.sleep(POLL_S)
+                continue
+            return store
+    finally:
+        if asked:
+            with contextlib.suppress(FileNotFoundError):
+                request.unlink()
+
+
+def holder_note(path: Path) -> Path:
+    """The file in which the process holding the store at ``path`` names itself."""
+    return path.with_name(path.name + ".holder")
+
+
+def handover_request(path: Path) -> Path:
+    """The file by which a process asks the holder of the store at ``path`` to hand it over."""
+    return path.with_name(path.name + ".handover")
+
+
+def _read(file: Path) -> str:
+    try:
+        return file.read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return ""
+
+
+class SharedSearchPort(KnowledgeSearchPort):
+    """The search port of a serving process, handing its store over when another process asks.
+
+    Searches run concurrently; a handover waits for those in flight, closes the store and calls
+    ``on_reopen`` after the next open (so the caller can reload what else was ingested, such as
+    the L0 index). Costs a lookup nothing while no one asks: the watcher is a separate thread.
+    """
+
+    def __init__(
+        self,
+        opener: Callable[[], KnowledgeStore],
+        path: Path,
+        wait_s: float,
+        on_reopen: Callable[[], None] | None = None,
+    ) -> None:
+        self._opener, self._path, self._wait_s = opener, path, wait_s
+        self._on_reopen = on_reopen
+        self._request = handover_request(path)
+        self._state = threading.Condition()
+        self._in_flight = 0
+        self._handing_over = False
+        self._closed = False
+        self.handovers = 0  # how often the store was handed over (diagnostics)
+        self._store: KnowledgeStore | None = open_shared(opener, path, wait_s)
+        self._watcher = threading.Thread(target=self._watch, name="store-handover", daemon=True)
+        self._watcher.start()
+
+    def search(self, request: SearchRequest) -> list[SearchHit]:
+        store = self._acquire()
+        try:
+            return store.search(request)
+        finally:
+            self._release()
+
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+        store = self._acquire()
+        try:
+            return store.search_batch(requests)
+        finally:
+            self._release()
+
+    def _acquire(self) -> KnowledgeStore:
+        with self._state:
+            self._state.wait_for(lambda: not self._handing_over)
+            reopened = False
+            if self._store is None:
+                self._store = open_shared(self._opener, self._path, self._wait_s)
+                reopened = True
+            self._in_flight += 1
+            store = self._store
+        if reopened and self._on_reopen is not None:
+            self._on_reopen()
+        return store
+
+    def _release(self) -> None:
+        with self._state:
+            self._in_flight -= 1
+            self._state.notify_all()
+
+    def _watch(self) -> None:
+        while not self._closed:
+            time.sleep(POLL_S)
+            if self._store is not None and _alive(_read(self._request)):
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        with self._state:
+            self._handing_over = True  # new searches wait: a busy server still hands over
+            self._state.wait_for(lambda: self._in_flight == 0)
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+                self.handovers += 1
+            self._handing_over = False
+            self._state.notify_all()
+
+    def close(self) -> None:
+        """Stop watching and close the store."""
+        self._closed = True
+        self._hand_over()

@@ -1,0 +1,68 @@
+"""8 threads x 50 recorded calls while the store is handed over again and again.
+
+A handover request stays in place for the first seconds of the run (its requester, this test's
+parent process, is alive), so the serving port closes the store whenever its searches in flight
+finish and reopens it at the next lookup, over and over, under load. Every call must still give the
+answer a sequential call gives, every call is recorded once, and no session's domains mix.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from conftest import make_config
+from lookup_knowledge.adapters.recorder import InvocationRecorder
+from lookup_knowledge.adapters.shared_store import handover_request
+
+from lookup_knowledge.agent import AgentLookup, invocation_db_url
+from lookup_knowledge.tool import KnowledgeTool
+
+THREADS, CALLS = 8, 50
+REQUEST_S = 1.5
+QUERIES = [
+    "Who must approve a refund above 500 EUR?",
+    "kafka consumer lag",
+    "如何申请增值税专用发票",
+    "\u200b",
+    "",
+]
+
+
+def keys(result) -> tuple[str, list[str]]:
+    return result.evidence_status, [block.evidence_key for block in result.evidence_blocks]
+
+
+def test_concurrent_calls_through_repeated_handovers(sample_store: Path, embedder) -> None:
+    config = make_config(sample_store)
+    recorder = InvocationRecorder(invocation_db_url(config))
+    sequence = [QUERIES[(i * 3) % len(QUERIES)] for i in range(CALLS)]
+    with AgentLookup(KnowledgeTool(config, embedder=embedder), recorder) as agent:
+        expected = {query: keys(agent.call(query, "sequential")) for query in QUERIES}
+        request = handover_request(config.store.path / config.store.collection)
+        request.write_text(f"{os.getppid()} pytest parent", encoding="utf-8")
+        start = threading.Barrier(THREADS)
+
+        def session(thread: int):
+            start.wait()
+            return [agent.call(query, f"thread-{thread}") for query in sequence]
+
+        withdraw = threading.Timer(REQUEST_S, request.unlink)
+        withdraw.start()
+        with ThreadPoolExecutor(THREADS) as pool:
+            results = list(pool.map(session, range(THREADS)))
+        withdraw.join()
+        handovers = agent.tool.search_port.handovers
+        rows = recorder.list(last=10 * THREADS * CALLS)
+    assert handovers >= 2
+    for thread_results in results:
+        assert [keys(result) for result in thread_results] == [expected[query] for query in sequence]
+    assert len(rows) == THREADS * CALLS + len(QUERIES)
+    for thread in range(THREADS):
+        mine = [row for row in rows if row.session_id == f"thread-{thread}"]
+        assert [row.input for row in mine] == sequence
+        domains = {domain for result in results[thread] for domain in result.retrieved_domains_this_session}
+        assert domains <= {"payments", "infrastructure", "customer-support", "security", "data-platform"}
+    print(f"\n{THREADS} x {CALLS} calls, {handovers} handovers, {len(rows)} rows")

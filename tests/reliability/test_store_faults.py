@@ -1,0 +1,158 @@
+"""Store faults reach the caller as one exception family and the agent as ``retrieval_failed``.
+
+A Qdrant server that refuses connections, one that accepts them and never answers, a store or
+collection that is missing, and a store locked by another holder.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import make_config
+from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
+from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
+from lookup_knowledge.adapters.search import (
+    StoreError,
+    StoreLockedError,
+    StoreMissingError,
+    StoreUnavailableError,
+)
+from typer.testing import CliRunner
+
+from lookup_knowledge.cli import app
+from lookup_knowledge.stores import open_store
+
+TIMEOUT_S = 1.0
+
+
+@pytest.fixture
+def refused_url() -> str:
+    """A loopback port nobody listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def hung_url() -> Iterator[str]:
+    """A server that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for connection in held:
+        connection.close()
+
+
+def query_json(tmp_path: Path, url: str, *extra: str) -> tuple[int, dict, float]:
+    args = ["query", "refund approval", "--json", "--no-record"]
+    sets = [
+        f"store.path={tmp_path}",
+        "store.backend=qdrant",
+        f"store.url={url}",
+        f"store.timeout_s={TIMEOUT_S}",
+    ]
+    for setting in sets:
+        args += ["--set", setting]
+    started = time.perf_counter()
+    outcome = CliRunner().invoke(app, [*args, *extra])
+    elapsed = time.perf_counter() - started
+    return outcome.exit_code, json.loads(outcome.stdout), elapsed
+
+
+@pytest.mark.parametrize("kind", ["refused", "hung"])
+def test_query_json_with_the_server_down_prints_retrieval_failed_in_time(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(f"{kind}_url")
+    code, result, elapsed = query_json(tmp_path, url)
+    assert code == 1
+    assert result["evidenceStatus"] == "retrieval_failed"
+    assert result["found"] is False
+    assert url in result["message"]
+    assert elapsed < TIMEOUT_S + 1
+    if kind == "hung":
+        assert f"no answer within store.timeout_s = {TIMEOUT_S} s" in result["message"]
+    assert not list(tmp_path.iterdir())  # nothing recorded, nothing created
+
+
+@pytest.mark.parametrize("kind", ["refused", "hung"])
+def test_the_server_adapter_raises_unavailable(kind: str, request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue(f"{kind}_url")
+    started = time.perf_counter()
+    with pytest.raises(StoreUnavailableError, match="is unavailable"):
+        QdrantClientStore("knowledge", 384, url=url, timeout_s=TIMEOUT_S)
+    assert time.perf_counter() - started < TIMEOUT_S + 1
+
+
+def test_a_missing_collection_is_reported_not_created(tmp_path: Path) -> None:
+    QdrantClientStore("other", 384, location=tmp_path / "qdrant").close()
+    with pytest.raises(StoreMissingError, match="no collection 'knowledge'.*ingest first"):
+        QdrantClientStore("knowledge", 384, location=tmp_path / "qdrant", create=False)
+    store = QdrantClientStore("other", 384, location=tmp_path / "qdrant")
+    try:
+        assert not store._client.collection_exists("knowledge")
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("backend", ["edge", "qdrant"])
+def test_open_store_without_create_reports_a_missing_store(backend: str, tmp_path: Path) -> None:
+    config = make_config(tmp_path / "nothing-here", store__backend=backend)
+    with pytest.raises(StoreMissingError, match="ingest first"):
+        open_store(config, 384, create=False)
+    assert not (tmp_path / "nothing-here").exists()
+
+
+@pytest.mark.parametrize("backend", ["edge", "qdrant"])
+def test_a_store_held_elsewhere_is_locked(backend: str, tmp_path: Path) -> None:
+    config = make_config(tmp_path, store__backend=backend)
+    holder = open_store(config, 384)
+    try:
+        with pytest.raises(StoreLockedError, match="locked"):
+            open_store(config, 384)
+    finally:
+        holder.close()
+
+
+def test_every_store_error_is_one_family() -> None:
+    for error in (StoreUnavailableError, StoreMissingError, StoreLockedError):
+        assert issubclass(error, StoreError)
+    assert issubclass(StoreMissingError, StoreUnavailableError)
+
+
+def test_query_on_a_missing_edge_store_prints_retrieval_failed(tmp_path: Path) -> None:
+    args = ["query", "refunds", "--json", "--set", f"store.path={tmp_path / 'none'}"]
+    outcome = CliRunner().invoke(app, args)
+    assert outcome.exit_code == 1
+    result = json.loads(outcome.stdout)
+    assert result["evidenceStatus"] == "retrieval_failed"
+    assert "ingest first" in result["message"]
+    assert not (tmp_path / "none").exists()
+
+
+def test_edge_store_opens_without_knowing_the_dimension(tmp_path: Path) -> None:
+    QdrantEdgeStore(tmp_path / "edge", 384).close()
+    store = QdrantEdgeStore(tmp_path / "edge", create=False)
+    try:
+        assert store.count() == 0
+    finally:
+        store.close()
