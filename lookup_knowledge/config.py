@@ -131,6 +131,11 @@ class RecorderConfig(_Section):
         return value
 
 
+class TracingConfig(_Section):
+    opentelemetry: bool = False
+    include_query: bool = False
+
+
 class Config(_Section):
     """The whole lookup-knowledge configuration."""
 
@@ -143,6 +148,7 @@ class Config(_Section):
     rerank: RerankConfig = RerankConfig()
     context: ContextConfig = ContextConfig()
     recorder: RecorderConfig = RecorderConfig()
+    tracing: TracingConfig = TracingConfig()
 
 
 def default_config_path() -> Path:

@@ -13,25 +13,20 @@ import re
 import threading
 import unicodedata
 from collections import OrderedDict
+from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
-from lookup_knowledge.adapters.search import KnowledgeSearchPort
+from lookup_knowledge.adapters.search import KnowledgeSearchPort, StoreError
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import EvidenceStatus, LookupResult
-from lookup_knowledge.pipeline import (
-    FINAL_NODE,
-    NodeTimingHook,
-    build_driver,
-    dataflow_config,
-    execute_lookup,
-    settings_inputs,
-)
+from lookup_knowledge.pipeline import FINAL_NODE, execute_lookup, lookup_driver, settings_inputs
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_search_port
 
 logger = logging.getLogger(__name__)
@@ -45,7 +40,8 @@ class KnowledgeTool:
     """The ``lookup_knowledge`` tool over a configured store, embedder and L0 index.
 
     Ports may be injected; those not given are built from the configuration, opened once and
-    reused across calls. Safe to call from several threads.
+    reused across calls. ``adapters`` are extra Hamilton lifecycle adapters (hooks, tracers) for
+    every lookup's run. Safe to call from several threads.
     """
 
     def __init__(
@@ -55,6 +51,7 @@ class KnowledgeTool:
         search_port: KnowledgeSearchPort | None = None,
         embedder: Embedder | None = None,
         l0_index: L0Index | None = None,
+        adapters: Sequence[Any] = (),
     ) -> None:
         self.config = config
         self.embedder = embedder or build_embedder(config)
@@ -64,8 +61,7 @@ class KnowledgeTool:
             search_port = self._owned_store = open_search_port(config, on_reopen=self._reload_l0_index)
         self.search_port = search_port
         self.l0_index = l0_index if l0_index is not None else L0Index.load(l0_index_path(config))
-        self._timing = NodeTimingHook()
-        self.driver = build_driver(dataflow_config(config), self._timing)
+        self.driver, self.executed_nodes = lookup_driver(config, *_tracing(config), *adapters)
         self._static_inputs = {
             "search_port": self.search_port,
             "embedder": self.embedder,
@@ -79,7 +75,6 @@ class KnowledgeTool:
             raise
         self._sessions: OrderedDict[str, list[str]] = OrderedDict()  # least recently used first
         self._sessions_lock = threading.Lock()
-        threadpool_limits(1, user_api="blas")  # BLAS threads fight torch's on few cores
 
     @classmethod
     def from_config(cls, config: Config) -> KnowledgeTool:
@@ -113,18 +108,18 @@ class KnowledgeTool:
         self, inputs: dict[str, Any], overrides: dict[str, Any] | None = None
     ) -> LookupResult:
         """Execute the DAG for prepared inputs (``overrides`` may supply e.g. a batched
-        ``query_vector``); the executed nodes and their timings go into the trace."""
-        self._timing.start()
+        ``query_vector``); a failure reaches the caller as a ``retrieval_failed`` result."""
         try:
-            result: LookupResult = execute_lookup(self.driver, inputs, overrides)
-        except Exception as exc:  # an embedder or store crash must reach the agent as a result
-            logger.warning("lookup failed: %s", exc, exc_info=logger.isEnabledFor(logging.DEBUG))
-            message = f"Knowledge retrieval failed: {exc}"
-            return failure_result(
-                inputs["query"], "retrieval_failed", message, inputs["prior_session_domains"]
-            )
-        trace = result.retrieval_trace.model_copy(update={"executed_nodes": self._timing.timings()})
-        return result.model_copy(update={"retrieval_trace": trace})
+            with _one_blas_thread():
+                return execute_lookup(self.driver, inputs, overrides)
+        except StoreError as exc:  # the store failed outside a search the fallback answers
+            logger.warning("lookup failed: %s", exc)
+            failure = exc
+        except Exception as exc:  # the model, or a defect: logged with its traceback
+            logger.exception("lookup failed: %s", exc)
+            failure = exc
+        message = f"Knowledge retrieval failed: {failure}"
+        return failure_result(inputs["query"], "retrieval_failed", message, inputs["prior_session_domains"])
 
     def dataflow_inputs(
         self,
@@ -172,6 +167,26 @@ class KnowledgeTool:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _tracing(config: Config) -> list[Any]:
+    """The OpenTelemetry adapter when ``tracing.opentelemetry`` is on (the API loads only then)."""
+    if not config.tracing.opentelemetry:
+        return []
+    from lookup_knowledge.tracing import LookupSpans
+
+    return [LookupSpans(include_query=config.tracing.include_query)]
+
+
+@cache
+def _blas_controller() -> ThreadpoolController:
+    return ThreadpoolController()
+
+
+def _one_blas_thread() -> Any:
+    """One BLAS thread around a lookup: numpy's BLAS threads fight torch's on few cores (the
+    next query embedding slows down); the process-wide setting is restored afterwards."""
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 class LookupRequest(BaseModel):
