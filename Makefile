@@ -12,11 +12,11 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0  # the CPU build first, so nothing pulls a CUDA torch
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[all]'
 	touch $@
 
 $(VENV)/.dev-installed: $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[all,dev]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -1,12 +1,21 @@
-"""lookup-knowledge: evidence-first knowledge retrieval for LLM agents."""
+"""lookup-knowledge: evidence-first knowledge retrieval for LLM agents.
 
+Importing the package is light: each public name loads its module on first use, so an agent
+that only builds a :class:`KnowledgeTool` never imports the SQL recorder, plotting, Dask or MCP.
+"""
+
+from __future__ import annotations
+
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from lookup_knowledge.agent import AgentLookup, tool_definition
-from lookup_knowledge.config import Config, ConfigError, load_config
-from lookup_knowledge.contract import EvidenceBlock, LookupResult
-from lookup_knowledge.ingest import IngestReport, ingest
-from lookup_knowledge.tool import KnowledgeTool
+if TYPE_CHECKING:
+    from lookup_knowledge.agent import AgentLookup, tool_definition
+    from lookup_knowledge.config import Config, ConfigError, load_config
+    from lookup_knowledge.contract import EvidenceBlock, LookupResult
+    from lookup_knowledge.ingest import IngestReport, ingest
+    from lookup_knowledge.tool import KnowledgeTool
 
 __all__ = [
     "AgentLookup",
@@ -21,6 +30,31 @@ __all__ = [
     "sample_knowledge_base",
     "tool_definition",
 ]
+_HOMES = {
+    "AgentLookup": "agent",
+    "tool_definition": "agent",
+    "Config": "config",
+    "ConfigError": "config",
+    "load_config": "config",
+    "EvidenceBlock": "contract",
+    "LookupResult": "contract",
+    "IngestReport": "ingest",
+    "ingest": "ingest",
+    "KnowledgeTool": "tool",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name's module on first use (PEP 562)."""
+    if name not in _HOMES:
+        raise AttributeError(f"module 'lookup_knowledge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"lookup_knowledge.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
 
 
 def sample_knowledge_base() -> Path:

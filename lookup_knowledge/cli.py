@@ -22,6 +22,7 @@ from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.display import print_result
 from lookup_knowledge.eval_cli import register as register_eval_commands
+from lookup_knowledge.extras import MissingExtraError, require
 from lookup_knowledge.ingest import IngestReport, ingest
 from lookup_knowledge.render import GRAPHVIZ_HINT, render_execution, render_variants
 from lookup_knowledge.stores import l0_index_path
@@ -312,6 +313,10 @@ def _print_json(data: object, indent: int | None = None) -> None:
 @app.command("mcp")
 def mcp_command(config: ConfigOption = None, overrides: SetOption = None) -> None:
     """Serve the lookup_knowledge tool over MCP (stdio); each client connection is one session."""
+    try:
+        require("mcp", "lookup-knowledge mcp")
+    except MissingExtraError as exc:
+        _fail(str(exc))
     from lookup_knowledge.mcp_server import serve_stdio  # the MCP SDK loads only for this command
 
     settings = _config(config, overrides)

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from lookup_knowledge.extras import MissingExtraError, require
 
 DEFAULT_RETRIEVE_K = 20
 DEFAULT_RETURN_N = 5
@@ -124,10 +124,19 @@ class RecorderConfig(_Section):
         hold a password)."""
         if value is None:
             return value
+        from sqlalchemy.engine import make_url  # only for a configured URL: SQL stays unloaded
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
         try:
-            make_url(value).get_dialect()
+            url = make_url(value)
+            url.get_dialect()
         except (ArgumentError, NoSuchModuleError, ValueError):
             raise ValueError("not a database URL SQLAlchemy knows, e.g. postgresql+psycopg://...") from None
+        if url.get_backend_name() == "postgresql":
+            try:
+                require("postgres", "a PostgreSQL recorder.url")
+            except MissingExtraError as exc:
+                raise ValueError(str(exc)) from None
         return value
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -20,14 +21,17 @@ from lookup_knowledge.eval_data import (
     load_qrels,
     relevance,
 )
-from lookup_knowledge.evaluation import METRIC_NAMES, EvalRun, evaluate
+from lookup_knowledge.extras import MissingExtraError, require
+
+if TYPE_CHECKING:
+    from lookup_knowledge.evaluation import EvalRun
 
 console = Console()
 errors = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -49,6 +53,12 @@ def eval_command(
     ] = None,
 ) -> None:
     """Evaluate eval queries through the lookup DAG; write results, metrics and a report."""
+    try:
+        require("eval", "lookup-knowledge eval")
+        if dask:
+            require("dask", "lookup-knowledge eval --dask")
+    except MissingExtraError as exc:
+        _fail(str(exc))
     from lookup_knowledge.compare import (
         comparison_markdown,
         comparison_table,
@@ -108,6 +118,8 @@ def eval_command(
 
 
 def _with_progress(tool, queries, judgments) -> EvalRun:  # noqa: ANN001
+    from lookup_knowledge.evaluation import evaluate
+
     columns = (TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not console.is_terminal, transient=True) as bar:
         task = bar.add_task("queries", total=len(queries))
@@ -124,6 +136,8 @@ def _distributed(settings, queries, judgments, address: str) -> EvalRun:  # noqa
 
 
 def _report(run: EvalRun, written: list[Path]) -> None:
+    from lookup_knowledge.evaluation import METRIC_NAMES
+
     overall = run.metrics["overall"]
     table = Table(title=f"{overall['queries']} queries ({overall['judged_queries']} judged)")
     table.add_column("metric")

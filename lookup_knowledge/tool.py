@@ -26,6 +26,7 @@ from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, StoreError
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import EvidenceStatus, LookupResult
+from lookup_knowledge.extras import require
 from lookup_knowledge.pipeline import FINAL_NODE, execute_lookup, lookup_driver, settings_inputs
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_search_port
 
@@ -173,6 +174,7 @@ def _tracing(config: Config) -> list[Any]:
     """The OpenTelemetry adapter when ``tracing.opentelemetry`` is on (the API loads only then)."""
     if not config.tracing.opentelemetry:
         return []
+    require("otel", "tracing.opentelemetry")
     from lookup_knowledge.tracing import LookupSpans
 
     return [LookupSpans(include_query=config.tracing.include_query)]

@@ -1,0 +1,67 @@
+"""A light import, and a one-line message naming the pip extra for each optional feature."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lookup_knowledge.extras import EXTRAS, MissingExtraError, require
+
+CLI = Path(sys.executable).with_name("lookup-knowledge")
+HEAVY = ("sqlalchemy", "matplotlib", "dask", "mcp", "scipy", "pytrec_eval", "torch", "hamilton")
+
+
+def test_importing_the_package_loads_no_sql_plotting_dask_mcp_or_model_code() -> None:
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import lookup_knowledge"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()}
+    assert not imported & set(HEAVY)
+
+
+def test_public_names_still_resolve_on_first_use() -> None:
+    import lookup_knowledge
+
+    assert lookup_knowledge.load_config().retrieval.effective_return_n == 5
+    with pytest.raises(AttributeError):
+        lookup_knowledge.no_such_name  # noqa: B018
+
+
+def test_a_missing_extra_names_the_pip_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(EXTRAS, "eval", ("pytrec_eval", "no_such_module_xyz"))
+    with pytest.raises(MissingExtraError) as raised:
+        require("eval", "lookup-knowledge eval")
+    assert str(raised.value) == (
+        "lookup-knowledge eval needs the 'eval' extra (no_such_module_xyz not installed): "
+        "pip install 'lookup-knowledge[eval]'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("blocked", "argv", "extra"),
+    [
+        ("matplotlib", ["eval", "queries.parquet"], "eval"),
+        ("mcp", ["mcp"], "mcp"),
+        ("psycopg", ["query", "x", "--set", "recorder.url=postgresql+psycopg://u@localhost/db"], "postgres"),
+    ],
+)
+def test_the_cli_answers_a_missing_extra_in_one_line(blocked: str, argv: list[str], extra: str) -> None:
+    """The package is hidden from the import system (as if not installed) in a child process."""
+    script = (
+        "import importlib.util, sys\n"
+        f"real = importlib.util.find_spec\n"
+        f"importlib.util.find_spec = lambda name, *a: None if name == {blocked!r} else real(name, *a)\n"
+        "from lookup_knowledge.cli import app\n"
+        f"app({argv!r})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert f"pip install 'lookup-knowledge[{extra}]'" in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr
