@@ -52,7 +52,9 @@ class StoreConfig(_Section):
 class EmbedderConfig(_Section):
     model: str = Field("all-MiniLM-L6-v2", min_length=1)
     batch_size: int = Field(64, ge=1, le=4096)
-    device: str = "cpu"
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
+    backend: Literal["auto", "torch", "onnx", "openvino"] = "auto"
+    quantize: Literal["none", "int8"] = "none"
 
 
 class IngestConfig(_Section):
