@@ -46,11 +46,11 @@ def main() -> int:
     k = config.retrieval.effective_retrieve_k
 
     with KnowledgeTool.from_config(config) as tool:
-        shard, model = tool.search_port._shard, tool.embedder.model
+        shard, encoder = tool.search_port._shard, tool.embedder.encoder("query")
 
         def floor() -> float:
             start = time.perf_counter()
-            vectors = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+            vectors = encoder.encode(texts, 64)
             requests = [
                 qe.QueryRequest(limit=k, query=qe.Query.Nearest(v.tolist()), with_payload=True)
                 for v in vectors
