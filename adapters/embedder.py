@@ -12,6 +12,7 @@ backend can differ per path (queries, documents). All of them give the same vect
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import os
 import threading
@@ -28,9 +29,11 @@ Backend = Literal["torch", "onnx", "openvino"]
 BackendChoice = Literal["auto", "torch", "onnx", "openvino"]
 Quantize = Literal["none", "int8"]
 EncodePath = Literal["query", "document"]
-# What `backend: auto` runs on a CPU, per path: the fastest backend that keeps retrieval quality
-# (docs/benchmarks.md, "Embedding backends"). On a GPU, auto runs torch on both paths.
+# What `backend: auto` runs on a CPU, per path: the fastest installed backend that keeps retrieval
+# quality (docs/benchmarks.md, "Embedding backends"); OpenVINO is the `openvino` extra. On a GPU,
+# auto runs torch on both paths.
 AUTO_CPU_BACKENDS: dict[EncodePath, Backend] = {"query": "onnx", "document": "openvino"}
+AUTO_CPU_WITHOUT_OPENVINO: dict[EncodePath, Backend] = {"query": "onnx", "document": "torch"}
 
 logger = logging.getLogger("lookup_knowledge.embedder")
 
@@ -156,7 +159,11 @@ def resolve_backends(backend: BackendChoice, device: str) -> dict[EncodePath, Ba
         return {"query": backend, "document": backend}
     if device != "cpu":
         return {"query": "torch", "document": "torch"}
-    return dict(AUTO_CPU_BACKENDS)
+    return dict(AUTO_CPU_BACKENDS if _installed("openvino") else AUTO_CPU_WITHOUT_OPENVINO)
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 _load_lock = threading.Lock()

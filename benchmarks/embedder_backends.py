@@ -119,6 +119,8 @@ def main() -> int:
                 console.print(f"round {round_ + 1}: {path} {variant_name(backend, quantize)} ...")
                 runs[variant_name(backend, quantize)][path].append(run_worker(path, backend, quantize, count))
                 loads.append(os.getloadavg()[0])
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.with_suffix(".partial.json").write_text(json.dumps(runs, indent=2))
 
     def median(name: str, path: str, key: str) -> float:
         values = [r[key] for r in runs[name][path] if key in r]

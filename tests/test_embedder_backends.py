@@ -13,6 +13,7 @@ from lookup_knowledge.adapters import embedder as embedder_module
 from lookup_knowledge.adapters import exported_encoder
 from lookup_knowledge.adapters.embedder import (
     AUTO_CPU_BACKENDS,
+    AUTO_CPU_WITHOUT_OPENVINO,
     SentenceTransformerEmbedder,
     resolve_backends,
     resolve_device,
@@ -121,8 +122,10 @@ def test_missing_runtime_falls_back_to_torch(
     assert "embedder.backend openvino unavailable, using torch" in caplog.text
 
 
-def test_auto_backend_is_per_path_on_cpu_and_torch_on_gpu() -> None:
+def test_auto_backend_is_per_path_on_cpu_and_torch_on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_backends("auto", "cpu") == AUTO_CPU_BACKENDS
+    monkeypatch.setitem(sys.modules, "openvino", None)  # find_spec: not installed
+    assert resolve_backends("auto", "cpu") == AUTO_CPU_WITHOUT_OPENVINO
     assert resolve_backends("auto", "cuda") == {"query": "torch", "document": "torch"}
     assert resolve_backends("onnx", "cpu") == {"query": "onnx", "document": "onnx"}
 
