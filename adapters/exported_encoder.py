@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -242,4 +243,10 @@ def _openvino_session(graph: Path) -> _Session:
         str(graph), "CPU", {"INFERENCE_NUM_THREADS": _threads(), "PERFORMANCE_HINT": "LATENCY"}
     )
     request = compiled.create_infer_request()
-    return lambda inputs: request.infer(inputs)[0].copy()
+    lock = threading.Lock()  # one infer request serves one call at a time
+
+    def infer(inputs: dict[str, np.ndarray]) -> np.ndarray:
+        with lock:
+            return request.infer(inputs)[0].copy()
+
+    return infer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -138,3 +139,13 @@ def test_device_auto_uses_cuda_only_when_torch_sees_one(caplog: pytest.LogCaptur
     assert first == second == expected
     assert [r.getMessage() for r in caplog.records] == [f"embedder.device auto: using {expected}"]
     assert resolve_device("cpu") == "cpu"
+
+
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_concurrent_queries_get_their_own_vectors(backend: str) -> None:
+    embedder = SentenceTransformerEmbedder(backend=backend, device="cpu")
+    texts = [f"question {i}: who approves a refund of {100 * i} EUR?" for i in range(16)]
+    batch = embedder.embed_queries(texts)
+    with ThreadPoolExecutor(4) as pool:
+        concurrent = np.stack(list(pool.map(embedder.embed_query, texts)))
+    assert cosines(concurrent, batch).min() >= 0.9999
