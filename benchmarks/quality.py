@@ -124,6 +124,12 @@ def backends(cache: Path, size: int) -> dict[str, dict]:
         with tool:
             ran = {path: tool.embedder.encoder(path).backend for path in ("query", "document")}
             rows[name] = {**run(tool, base, DENSE_ONLY, queries, qrels), "ran": ran}
+    # The default on a CPU: queries on onnx, searched over the documents openvino embedded.
+    auto = {**WHOLE_DOCUMENTS, "embedder.backend": "auto", "embedder.device": "cpu"}
+    tool, base = prepared_tool(data, cache, f"{data.name}-openvino", auto)
+    with tool:
+        ran = {path: tool.embedder.encoder(path).backend for path in ("query", "document")}
+        rows["auto (per path)"] = {**run(tool, base, DENSE_ONLY, queries, qrels), "ran": ran}
     return rows
 
 
