@@ -1,5 +1,9 @@
 """Embedders: the protocol and the sentence-transformers adapter (offline all-MiniLM-L6-v2 default).
 
+The model runs in PyTorch, or exported once to ONNX and run by ONNX Runtime or OpenVINO; the
+backend can differ per path (queries, documents). All of them give the same vectors (cosine
+>= 0.999 unquantized, >= 0.98 with int8; ``tests/test_embedder_backends.py``).
+
 >>> embedder = SentenceTransformerEmbedder()  # the model loads on first use, once per process
 >>> embedder.embed_query("how do refunds work").shape
 (384,)
@@ -8,15 +12,30 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
+import logging
 import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Literal, Protocol
 
 import numpy as np
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _BUNDLED_NAMES = {DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"}
+
+Backend = Literal["torch", "onnx", "openvino"]
+BackendChoice = Literal["auto", "torch", "onnx", "openvino"]
+Quantize = Literal["none", "int8"]
+EncodePath = Literal["query", "document"]
+# What `backend: auto` runs on a CPU, per path: the fastest installed backend that keeps retrieval
+# quality (docs/benchmarks.md, "Embedding backends"); OpenVINO is the `openvino` extra. On a GPU,
+# auto runs torch on both paths.
+AUTO_CPU_BACKENDS: dict[EncodePath, Backend] = {"query": "onnx", "document": "openvino"}
+AUTO_CPU_WITHOUT_OPENVINO: dict[EncodePath, Backend] = {"query": "onnx", "document": "torch"}
+
+logger = logging.getLogger("lookup_knowledge.embedder")
 
 
 class Embedder(ABC):
@@ -42,60 +61,131 @@ class Embedder(ABC):
         """One row per query, embedded as a batch."""
 
 
+class TextEncoder(Protocol):
+    """A loaded model on one backend: texts in, unit-length float32 rows out."""
+
+    backend: Backend
+    quantize: Quantize
+    dimension: int
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray: ...
+
+
+class TorchEncoder:
+    """The sentence-transformers model itself, in PyTorch."""
+
+    backend: Backend = "torch"
+    quantize: Quantize = "none"
+
+    def __init__(self, model_path: str, device: str):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+        self.model = SentenceTransformer(model_path, device=device)
+        self.dimension = int(self.model.get_embedding_dimension())
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        return self.model.encode(
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+
+
 class SentenceTransformerEmbedder(Embedder):
     """A sentence-transformers model, loaded lazily and shared per process, batched and normalized."""
 
-    def __init__(self, model_name: str = DEFAULT_MODEL, *, batch_size: int = 64, device: str = "cpu"):
+    def __init__(
+        self,
+        model_name: str = DEFAULT_MODEL,
+        *,
+        batch_size: int = 64,
+        device: str = "auto",
+        backend: BackendChoice = "torch",
+        quantize: Quantize = "none",
+    ):
         self.model_name = model_name
         self.batch_size = batch_size
-        self.device = device
+        self.device = resolve_device(device)
+        self.backends = resolve_backends(backend, self.device)
+        self.quantize = quantize
 
-    @property
-    def model(self):  # noqa: ANN201 - SentenceTransformer is imported lazily
-        return _load_model(self.model_name, self.device)
+    def encoder(self, path: EncodePath) -> TextEncoder:
+        """The loaded encoder of one path (torch if the configured backend could not load)."""
+        return _load_encoder(self.model_name, self.device, self.backends[path], self.quantize)
 
     @property
     def dimension(self) -> int:
-        return int(self.model.get_embedding_dimension())
+        return self.encoder("query").dimension
 
-    def embed_documents(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
-        return self._encode(list(texts), show_progress)
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(self.encoder("document"), texts)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._encode([text], False)[0]
+        return self._encode(self.encoder("query"), [text])[0]
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(list(texts), False)
+        return self._encode(self.encoder("query"), texts)
 
-    def _encode(self, texts: list[str], show_progress: bool) -> np.ndarray:
+    def _encode(self, encoder: TextEncoder, texts: Sequence[str]) -> np.ndarray:
         if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        return self.model.encode(
-            texts,
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=show_progress,
-        )
+            return np.zeros((0, encoder.dimension), dtype=np.float32)
+        return encoder.encode(list(texts), self.batch_size)
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu`` (logged once); others as given."""
+    if device != "auto":
+        return device
+    return _auto_device()
+
+
+@functools.cache
+def _auto_device() -> str:
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    logger.info("embedder.device auto: using %s", device)
+    return device
+
+
+def resolve_backends(backend: BackendChoice, device: str) -> dict[EncodePath, Backend]:
+    """The backend of each path: ``auto`` picks the fastest measured one (torch on a GPU)."""
+    if backend != "auto":
+        return {"query": backend, "document": backend}
+    if device != "cpu":
+        return {"query": "torch", "document": "torch"}
+    return dict(AUTO_CPU_BACKENDS if _installed("openvino") else AUTO_CPU_WITHOUT_OPENVINO)
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 _load_lock = threading.Lock()
 
 
-@functools.cache
-def _cached_model(model_name: str, device: str):  # noqa: ANN202
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()
-
-    return SentenceTransformer(resolve_model_path(model_name), device=device)
-
-
-def _load_model(model_name: str, device: str):  # noqa: ANN202
+def _load_encoder(model_name: str, device: str, backend: Backend, quantize: Quantize) -> TextEncoder:
     with _load_lock:  # functools.cache alone would let two threads load the model twice
-        return _cached_model(model_name, device)
+        return _cached_encoder(model_name, device, backend, quantize)
+
+
+@functools.cache
+def _cached_encoder(model_name: str, device: str, backend: Backend, quantize: Quantize) -> TextEncoder:
+    path = resolve_model_path(model_name)
+    if backend == "torch":
+        return TorchEncoder(path, device)
+    from lookup_knowledge.adapters.exported_encoder import ExportError, load_exported_encoder
+
+    try:
+        return load_exported_encoder(path, backend, quantize)
+    except ExportError as exc:
+        logger.warning("embedder.backend %s unavailable, using torch (%s)", backend, exc)
+        return _cached_encoder(model_name, device, "torch", "none")
 
 
 def resolve_model_path(model_name: str) -> str:

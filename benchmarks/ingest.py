@@ -2,8 +2,9 @@
 
 Per dataset, in one process with one loaded model, on exactly the same chunk texts:
 
-* ``encode``: ``model.encode(texts, batch_size=config.embedder.batch_size,
-  normalize_embeddings=True)`` over ``chunk.embedding_text`` of every chunk of every document
+* ``encode``: the configured document encoder's ``encode(texts, config.embedder.batch_size)``
+  (normalized vectors, on the backend ingest uses) over ``chunk.embedding_text`` of every chunk
+  of every document
   (``read_corpus`` + ``chunk_document`` with the config's ``chunk_chars``);
 * ``ingest``: the public ``lookup_knowledge.ingest(source, config)`` into a fresh temporary store
   (default configuration except ``store.path``).
@@ -193,8 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedder = build_embedder(config)
     console.print(f"loading {config.embedder.model} ...")
     started = time.perf_counter()
-    model = embedder.model  # loaded once per process; every ingest run gets this instance (checked)
-    model.encode(["warm-up"], batch_size=config.embedder.batch_size, normalize_embeddings=True)
+    model = embedder.encoder("document")  # loaded once per process; every ingest run gets it (checked)
+    model.encode(["warm-up"], config.embedder.batch_size)
     load_seconds = time.perf_counter() - started
 
     machine = _machine_info()
@@ -220,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "config": {
             "embedder.model": config.embedder.model,
             "embedder.batch_size": config.embedder.batch_size,
-            "embedder.device": config.embedder.device,
+            "embedder.device": embedder.device,
+            "embedder.backend": f"{model.backend} ({model.quantize})",
             "ingest.chunk_chars": config.ingest.chunk_chars,
             "store.backend": config.store.backend,
         },
@@ -298,7 +300,7 @@ def _run_dataset(
     for round_index in range(rounds):
         load_before, cpu_before = _load_average(), time.process_time()
         started = time.perf_counter()
-        model.encode(texts, batch_size=config.embedder.batch_size, normalize_embeddings=True)
+        model.encode(texts, config.embedder.batch_size)
         seconds = time.perf_counter() - started
         result.encode_seconds.append(seconds)
         result.runs.append(
@@ -315,7 +317,7 @@ def _run_dataset(
         store_path = scratch / f"{name}-store-{round_index}"
         run_config = _with_store_path(config, store_path)
         timed_embedder = EncodeTimingEmbedder(build_embedder(run_config))
-        if timed_embedder.inner.model is not model:
+        if timed_embedder.inner.encoder("document") is not model:
             raise RuntimeError("ingest would use a different model instance than the encode runs")
         load_before, cpu_before = _load_average(), time.process_time()
         report = ingest(source, run_config, embedder=timed_embedder)

@@ -61,13 +61,13 @@ def main() -> int:
 
     with KnowledgeTool.from_config(config) as tool:
         shard = tool.search_port._shard  # the same engine, searched directly for the floor
-        model = tool.embedder.model
+        encoder = tool.embedder.encoder("query")
         k = config.retrieval.effective_retrieve_k
 
         def floor(text: str) -> tuple[float, float]:
             """(encode ms, encode + search ms) of the bare floor."""
             start = time.perf_counter()
-            vector = model.encode([text], batch_size=64, normalize_embeddings=True, convert_to_numpy=True)[0]
+            vector = encoder.encode([text], 64)[0]
             encoded = time.perf_counter()
             shard.query(qe.QueryRequest(limit=k, query=qe.Query.Nearest(vector.tolist()), with_payload=True))
             return (encoded - start) * 1000, (time.perf_counter() - start) * 1000

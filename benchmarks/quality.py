@@ -39,7 +39,7 @@ WRONG_CATEGORY = {
 console = Console()
 
 
-def beir_queries(name: str, pin_category: bool = False) -> pd.DataFrame:
+def beir_queries(name: str | Path, pin_category: bool = False) -> pd.DataFrame:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "queries.parquet"
         beir_to_parquet(DATA / name, path, pin_category=pin_category)
@@ -47,14 +47,15 @@ def beir_queries(name: str, pin_category: bool = False) -> pd.DataFrame:
 
 
 WHOLE_DOCUMENTS = {"ingest.chunk_chars": 100_000}  # one chunk per abstract, as MTEB embeds them
+BACKENDS = [("torch", "none"), ("onnx", "none"), ("onnx", "int8"), ("openvino", "none"), ("openvino", "int8")]
 
 
 def prepared_tool(
-    name: str, cache: Path, store: str | None = None, ingest_overrides: dict[str, Any] | None = None
+    name: str | Path, cache: Path, store: str | None = None, ingest_overrides: dict[str, Any] | None = None
 ) -> tuple[KnowledgeTool, dict[str, Any]]:
     base = {"store.path": str(cache / (store or name)), **(ingest_overrides or {})}
     config = load_config(overrides=base)
-    console.print(f"ingesting {name} (cached at {cache / name}) ...")
+    console.print(f"ingesting {name} (cached at {base['store.path']}) ...")
     report = ingest(DATA / name, config, progress=console.is_terminal)
     console.print(f"  {report.documents} documents, {report.points_in_store} chunks, {report.seconds:.0f} s")
     return KnowledgeTool.from_config(config), base
@@ -90,6 +91,45 @@ def scifact(cache: Path) -> dict[str, dict]:
         rows["dense only, default chunking"] = run(tool, base, DENSE_ONLY, queries, qrels)
         rows["default pipeline, return_n 10"] = run(tool, base, {"retrieval.return_n": 10}, queries, qrels)
         rows["default pipeline as shipped (return_n 5)"] = run(tool, base, {}, queries, qrels)
+    return rows
+
+
+def scifact_sample(cache: Path, size: int) -> Path:
+    """SciFact's test queries over a corpus sample: every judged document, then the first others."""
+    folder = (cache / f"scifact-sample-{size}").resolve()
+    if (folder / "qrels.tsv").is_file():
+        return folder
+    source = DATA / "scifact"
+    judged = {line.split("\t")[1] for line in (source / "qrels.tsv").read_text().splitlines()[1:]}
+    lines = (source / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    keep = [line for line in lines if json.loads(line)["_id"] in judged]
+    keep += [line for line in lines if json.loads(line)["_id"] not in judged][: max(size - len(keep), 0)]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "corpus.jsonl").write_text("\n".join(keep) + "\n", encoding="utf-8")
+    for name in ("queries.jsonl", "qrels.tsv"):
+        (folder / name).write_bytes((source / name).read_bytes())
+    return folder
+
+
+def backends(cache: Path, size: int) -> dict[str, dict]:
+    """Dense-only nDCG@10 per embedding backend (documents and queries both on it), MTEB setup."""
+    data = scifact_sample(cache, size)
+    queries = beir_queries(data)
+    qrels = relevance(queries, load_qrels(data / "qrels.tsv"))
+    rows = {}
+    for backend, quantize in BACKENDS:
+        name = backend if quantize == "none" else f"{backend}-{quantize}"
+        choice = {"embedder.backend": backend, "embedder.quantize": quantize, "embedder.device": "cpu"}
+        tool, base = prepared_tool(data, cache, f"{data.name}-{name}", {**WHOLE_DOCUMENTS, **choice})
+        with tool:
+            ran = {path: tool.embedder.encoder(path).backend for path in ("query", "document")}
+            rows[name] = {**run(tool, base, DENSE_ONLY, queries, qrels), "ran": ran}
+    # The default on a CPU: queries on onnx, searched over the documents openvino embedded.
+    auto = {**WHOLE_DOCUMENTS, "embedder.backend": "auto", "embedder.device": "cpu"}
+    tool, base = prepared_tool(data, cache, f"{data.name}-openvino", auto)
+    with tool:
+        ran = {path: tool.embedder.encoder(path).backend for path in ("query", "document")}
+        rows["auto (per path)"] = {**run(tool, base, DENSE_ONLY, queries, qrels), "ran": ran}
     return rows
 
 
@@ -172,10 +212,16 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=Path("benchmarks/.cache"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/quality.json"))
     parser.add_argument("--doc", type=Path, default=Path("docs/quality.md"))
+    parser.add_argument(
+        "--backends", type=int, metavar="DOCS", default=None,
+        help="only compare embedding backends on a SciFact sample of DOCS abstracts (judged ones included)",
+    )  # fmt: skip
     args = parser.parse_args()
     if not DATA.is_dir():
         print(f"skipped: {DATA} not found (benchmark data lives in ../shared/data)")
         return 0
+    if args.backends:
+        return compare_backends(args.cache, args.backends, args.out.with_name("quality_backends.json"))
     started = time.perf_counter()
     results: dict[str, Any] = {"scifact": scifact(args.cache), "classic-dev": classic(args.cache)}
     cla = results["classic-dev"]
@@ -194,6 +240,22 @@ def main() -> int:
     args.doc.parent.mkdir(parents=True, exist_ok=True)
     args.doc.write_text(markdown(results), encoding="utf-8")
     console.print(f"wrote {args.out} and {args.doc}")
+    return 0
+
+
+def compare_backends(cache: Path, size: int, out: Path) -> int:
+    started = time.perf_counter()
+    rows = backends(cache, size)
+    torch_ndcg = rows["torch"]["ndcg@10"]
+    for row in rows.values():
+        row["ndcg@10_vs_torch"] = row["ndcg@10"] - torch_ndcg
+        row["eligible_as_default"] = row["ndcg@10_vs_torch"] >= -0.005
+    print_table(f"SciFact sample ({size} abstracts, 300 test queries), dense only, per backend", rows)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps({"sample_docs": size, "rows": rows, "seconds": time.perf_counter() - started}, indent=2)
+    )
+    console.print(f"wrote {out}")
     return 0
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 from rich.json import JSON
 from rich.markup import escape
@@ -23,6 +24,7 @@ from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.display import print_result
 from lookup_knowledge.eval_cli import register as register_eval_commands
 from lookup_knowledge.extras import MissingExtraError, require
+from lookup_knowledge.info import describe
 from lookup_knowledge.ingest import IngestReport, ingest
 from lookup_knowledge.render import GRAPHVIZ_HINT, render_execution, render_variants
 from lookup_knowledge.stores import l0_index_path
@@ -180,6 +182,34 @@ def _record_unrun(settings: Config, text: str, session: str | None, result: Look
         errors.print(f"[yellow]not recorded:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     finally:
         recorder.close()
+
+
+@app.command("info")
+def info_command(
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the facts as JSON.")] = False,
+) -> None:
+    """Print the configuration in force, the store's size, the model, backends and device."""
+    facts = describe(_config(config, overrides))
+    if as_json:
+        _print_json(facts)
+        return
+    table = Table(title="lookup-knowledge", show_header=False)
+    for label, value in [
+        ("model", facts["embedder"]["model"]),
+        ("device", facts["embedder"]["device"]),
+        ("query backend", facts["embedder"]["backends"]["query"]),
+        ("document backend", facts["embedder"]["backends"]["document"]),
+        ("dimension", facts["embedder"]["dimension"]),
+        ("store", f"{facts['store']['backend']} at {facts['store']['location']}"),
+        ("documents / chunks", f"{facts['store']['documents']} / {facts['store']['chunks']}"),
+        ("store problem", facts["store"]["problem"] or "none"),
+    ]:
+        table.add_row(label, str(value))
+    console.print(table)
+    console.print("configuration in force:")
+    console.print(yaml.safe_dump(facts["config"], sort_keys=False, allow_unicode=True), highlight=False)
 
 
 @app.command("render")

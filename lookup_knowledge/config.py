@@ -56,7 +56,9 @@ class StoreConfig(_Section):
 class EmbedderConfig(_Section):
     model: str = Field("all-MiniLM-L6-v2", min_length=1)
     batch_size: int = Field(64, ge=1, le=4096)
-    device: str = Field("cpu", pattern=r"^(cpu|cuda|mps|xpu|hpu|npu)(:\d+)?$")
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
+    backend: Literal["auto", "torch", "onnx", "openvino"] = "auto"
+    quantize: Literal["none", "int8"] = "none"
 
     @field_validator("model")
     @classmethod

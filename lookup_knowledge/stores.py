@@ -16,7 +16,9 @@ from lookup_knowledge.config import Config
 def build_embedder(config: Config) -> SentenceTransformerEmbedder:
     """The configured embedder; its model loads on first use and is shared per process."""
     e = config.embedder
-    return SentenceTransformerEmbedder(e.model, batch_size=e.batch_size, device=e.device)
+    return SentenceTransformerEmbedder(
+        e.model, batch_size=e.batch_size, device=e.device, backend=e.backend, quantize=e.quantize
+    )
 
 
 def open_store(config: Config, dimension: int | None = None, *, create: bool = True) -> KnowledgeStore:

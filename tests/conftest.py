@@ -13,7 +13,9 @@ Reusable by every test module (including the dataflow tests):
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,9 +23,20 @@ from typing import Any
 import pytest
 import yaml
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge.adapters.exported_encoder import CACHE_ENV
 
 from lookup_knowledge import ingest, sample_knowledge_base
 from lookup_knowledge.config import Config, load_config
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Model exports go to a cache kept between test runs (``--cache-clear`` drops it), not ``~/.cache``."""
+    if os.environ.get(CACHE_ENV):
+        return
+    cache = (
+        config.cache.mkdir("lookup-knowledge") if getattr(config, "cache", None) else Path(tempfile.mkdtemp())
+    )
+    os.environ[CACHE_ENV] = str(cache)
 
 
 def write_markdown(root: Path, relpath: str, frontmatter: Mapping[str, Any] | None, body: str) -> Path:

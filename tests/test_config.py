@@ -288,3 +288,30 @@ def test_api_key_override_is_refused() -> None:
 def test_api_key_is_not_part_of_the_dumped_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QDRANT_API_KEY", "s3cret")
     assert "s3cret" not in load_config().model_dump_json()
+
+
+# --- embedder backends ------------------------------------------------------------------------
+
+
+def test_embedder_defaults_pick_backend_and_device_automatically() -> None:
+    embedder = load_config().embedder
+    assert (embedder.device, embedder.backend, embedder.quantize) == ("auto", "auto", "none")
+
+
+def test_embedder_backend_quantize_and_device_are_settable() -> None:
+    config = load_config(
+        overrides=["embedder.backend=openvino", "embedder.quantize=int8", "embedder.device=cuda:1"]
+    )
+    assert (config.embedder.backend, config.embedder.quantize, config.embedder.device) == (
+        "openvino", "int8", "cuda:1",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [("embedder.backend=tensorrt", "embedder.backend"), ("embedder.quantize=int4", "embedder.quantize"),
+     ("embedder.device=gpu", "embedder.device")],
+)  # fmt: skip
+def test_unknown_embedder_choices_name_the_key(override: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        load_config(overrides=[override])

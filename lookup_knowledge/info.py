@@ -1,0 +1,57 @@
+"""What ``lookup-knowledge info`` reports: the configuration in force and what it resolves to.
+
+>>> facts = describe(load_config())  # doctest: +SKIP
+>>> facts["embedder"]["backends"]
+{'query': 'onnx', 'document': 'openvino'}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lookup_knowledge.adapters.embedder import EncodePath
+from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
+from lookup_knowledge.config import Config
+from lookup_knowledge.stores import build_embedder, open_store
+
+
+def describe(config: Config) -> dict[str, Any]:
+    """Config, embedder (model, device, the backend each path really runs) and store size."""
+    embedder = build_embedder(config)
+    paths: tuple[EncodePath, ...] = ("query", "document")
+    encoders = {path: embedder.encoder(path) for path in paths}
+    return {
+        "config": config.model_dump(mode="json"),
+        "embedder": {
+            "model": config.embedder.model,
+            "device": embedder.device,
+            "backends": {path: _label(e.backend, e.quantize) for path, e in encoders.items()},
+            "dimension": embedder.dimension,
+        },
+        "store": _store_facts(config, embedder.dimension),
+    }
+
+
+def _label(backend: str, quantize: str) -> str:
+    return backend if quantize == "none" else f"{backend} ({quantize})"
+
+
+def _store_facts(config: Config, dimension: int) -> dict[str, Any]:
+    store = config.store
+    location = store.url or str(store.path / store.collection if store.backend == "edge" else store.path)
+    facts: dict[str, Any] = {"backend": store.backend, "location": location, "documents": 0, "chunks": 0}
+    try:
+        opened = open_store(config, dimension, create=False)
+    except StoreUnavailableError as exc:
+        return {**facts, "problem": str(exc)}
+    except Exception as exc:  # a server that is down, a local store in use
+        return {**facts, "problem": f"cannot open the store: {exc}"}
+    try:
+        return {
+            **facts,
+            "documents": len(opened.document_hashes()),
+            "chunks": opened.count(),
+            "problem": None,
+        }
+    finally:
+        opened.close()
