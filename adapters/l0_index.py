@@ -46,7 +46,7 @@ def _words(normalized: str) -> list[str]:
 _REPAIR = "delete it and ingest the knowledge base again to rebuild it"
 
 
-class L0IndexError(StoreBackendError):
+class L0IndexError(StoreBackendError, ValueError):
     """The L0 index file is corrupt or of another format version."""
 
 
