@@ -57,7 +57,7 @@ def _stem(word: str) -> str:
 _REPAIR = "delete it and ingest the knowledge base again to rebuild it"
 
 
-class L0IndexError(StoreBackendError):
+class L0IndexError(StoreBackendError, ValueError):
     """The L0 index file is corrupt or of another format version."""
 
 

@@ -57,8 +57,9 @@ def open_shared(opener: Callable[[], KnowledgeStore], path: Path, wait_s: float)
             try:
                 store = opener()
             except StoreLockedError as exc:
-                held_here = _read(holder_note(path)).split(" ", 1)[0] == str(os.getpid())
-                if held_here or time.monotonic() >= deadline:
+                if _read(holder_note(path)).split(" ", 1)[0] == str(os.getpid()):
+                    raise  # held in this process: no one to ask
+                if time.monotonic() >= deadline:
                     raise StoreLockedError(f"{exc} (waited {wait_s:g} s, store.lock_wait_s)") from None
                 if not asked:
                     request.write_text(process_note(), encoding="utf-8")

@@ -57,11 +57,11 @@ class KnowledgeTool:
         self.config = config
         self.embedder = embedder or build_embedder(config)
         self._owned_store = None
+        self.l0_index = l0_index if l0_index is not None else L0Index.load(l0_index_path(config))
         if search_port is None and config.l1.enabled:
             # opened before the model loads; handed over to an ingest that asks, then reopened
             search_port = self._owned_store = open_search_port(config, on_reopen=self._reload_l0_index)
         self.search_port = search_port
-        self.l0_index = l0_index if l0_index is not None else L0Index.load(l0_index_path(config))
         self.driver, self.executed_nodes = lookup_driver(config, *_tracing(config), *adapters)
         self._static_inputs = {
             "search_port": self.search_port,
@@ -97,7 +97,10 @@ class KnowledgeTool:
         """
         request = lookup_request(query, self.config.retrieval.max_query_chars, session_id, pinned_category)
         if isinstance(request, str):
-            return rejected_result(query, request, prior_session_domains or [])
+            if prior_session_domains is None:
+                session = plain_string(session_id)
+                prior_session_domains = self.session_domains(session if isinstance(session, str) else None)
+            return rejected_result(query, request, prior_session_domains)
         if prior_session_domains is None:
             prior_session_domains = self.session_domains(request.session_id)
         inputs = self.dataflow_inputs(request.query, request.pinned_category, prior_session_domains)

@@ -1,0 +1,168 @@
+"""Time to a clear answer per fault: how long until ``query --json`` prints ``retrieval_failed``
+(or the CLI one clear line), and what a hung invocation database costs a call.
+
+    .venv/bin/python benchmarks/reliability_faults.py [--out benchmarks/results/reliability_faults.json]
+
+Each fault is made real: a loopback port nobody listens on, a socket that accepts and never
+answers, a missing store, a store held by another process, a corrupt vector file. Timed
+in-process (``CliRunner``, interpreter start and imports excluded) and, for the server fault,
+also as a fresh process (imports included) next to ``lookup-knowledge --help`` on the same
+machine, so the share that is process start is visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
+from lookup_knowledge.adapters.recorder import (
+    CircuitBreaker,
+    Invocation,
+    InvocationRecorder,
+    RecorderUnavailableError,
+)
+from typer.testing import CliRunner
+
+from lookup_knowledge import ingest, load_config, sample_knowledge_base
+from lookup_knowledge.cli import app
+
+CLI = Path(sys.executable).with_name("lookup-knowledge")
+
+
+def hung_server() -> tuple[str, socket.socket]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    threading.Thread(
+        target=lambda: [held.append(server.accept()[0]) for _ in range(1000)], daemon=True
+    ).start()
+    return f"127.0.0.1:{server.getsockname()[1]}", server
+
+
+def free_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def timed_query(*sets: str) -> tuple[float, int, str]:
+    args = ["query", "refund approval", "--json", "--no-record"]
+    for setting in sets:
+        args += ["--set", setting]
+    started = time.perf_counter()
+    outcome = CliRunner().invoke(app, args)
+    elapsed = time.perf_counter() - started
+    status = (
+        json.loads(outcome.stdout)["evidenceStatus"] if outcome.stdout.strip() else outcome.stderr.strip()
+    )
+    return elapsed, outcome.exit_code, status
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/reliability_faults.json"))
+    out = parser.parse_args().out
+    rows: list[dict] = []
+    work = Path(tempfile.mkdtemp(prefix="lk-faults-"))
+    store = work / "store"
+    ingest(sample_knowledge_base(), load_config(overrides={"store.path": str(store)}))
+
+    hung, server = hung_server()
+    for name, url, timeout in [
+        ("qdrant server refuses", f"http://{free_port()}", 5.0),
+        ("qdrant server hung", f"http://{hung}", 1.0),
+        ("qdrant server hung", f"http://{hung}", 5.0),
+    ]:
+        elapsed, code, status = timed_query(
+            f"store.path={work / 'q'}",
+            "store.backend=qdrant",
+            f"store.url={url}",
+            f"store.timeout_s={timeout}",
+        )
+        rows.append(
+            {
+                "fault": name,
+                "setting": f"timeout_s={timeout:g}",
+                "seconds": elapsed,
+                "exit": code,
+                "status": status,
+            }
+        )
+
+    elapsed, code, status = timed_query(f"store.path={work / 'missing'}")
+    rows.append({"fault": "store missing", "setting": "", "seconds": elapsed, "exit": code, "status": status})
+
+    target = str(store / "knowledge")
+    hold = f"from {QdrantEdgeStore.__module__} import QdrantEdgeStore as S; s = S({target!r}); "
+    holder = subprocess.Popen([sys.executable, "-c", hold + "print('held', flush=True); input()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    elapsed, code, status = timed_query(f"store.path={store}", "store.lock_wait_s=2")
+    holder.communicate("\n")
+    rows.append({"fault": "store held, never handed over", "setting": "lock_wait_s=2", "seconds": elapsed,
+                 "exit": code, "status": status})  # fmt: skip
+
+    corrupt = work / "corrupt"
+    subprocess.run(["cp", "-r", str(store), str(corrupt)], check=True)
+    [vectors] = (corrupt / "knowledge").rglob("vector_storage/vectors/chunk_0.mmap")
+    with vectors.open("r+b") as handle:
+        handle.write(random.Random(1).randbytes(200 * 384 * 4))
+    elapsed, code, status = timed_query(f"store.path={corrupt}")
+    rows.append({"fault": "random bytes in the vector file", "setting": "", "seconds": elapsed, "exit": code,
+                 "status": status})  # fmt: skip
+
+    started = time.perf_counter()
+    sets = [
+        "store.backend=qdrant",
+        f"store.url=http://{hung}",
+        "store.timeout_s=1",
+        f"store.path={work / 'q'}",
+    ]
+    command = [str(CLI), "query", "refund", "--json", "--no-record", *(a for s in sets for a in ("--set", s))]
+    fresh = subprocess.run(command, capture_output=True, text=True)
+    process_s = time.perf_counter() - started
+    started = time.perf_counter()
+    subprocess.run([str(CLI), "--help"], capture_output=True, check=True)
+    help_s = time.perf_counter() - started
+    rows.append({"fault": "qdrant server hung (fresh process)", "setting": "timeout_s=1",
+                 "seconds": process_s, "exit": fresh.returncode,
+                 "status": json.loads(fresh.stdout)["evidenceStatus"],
+                 "process_start_s": help_s})  # fmt: skip
+
+    recorder = InvocationRecorder(
+        f"postgresql+psycopg://lk:pw@{hung}/lk", connect_timeout_s=2.0, breaker=CircuitBreaker(30.0)
+    )
+    row = Invocation("s", "lookup_knowledge", "q", "evidence", 0, None, None, 1.0, {})
+    costs = []
+    for _ in range(20):
+        started = time.perf_counter()
+        with contextlib.suppress(RecorderUnavailableError):  # every call fails: that is what is timed
+            recorder.record(row)
+        costs.append(time.perf_counter() - started)
+    rows.append({"fault": "recorder database hung, 20 calls", "setting": "timeout_s=2, retry_after_s=30",
+                 "seconds": sum(costs), "first_call_s": costs[0], "later_calls_max_s": max(costs[1:]),
+                 "exit": None, "status": "row not written, call answered"})  # fmt: skip
+    server.close()
+
+    print(f"{'fault':40} {'setting':30} {'seconds':>8} {'exit':>5}  status")
+    for r in rows:
+        print(f"{r['fault']:40} {r['setting']:30} {r['seconds']:8.2f} {r['exit']!s:>5}  {r['status']}")
+    print(f"(a fresh process spends {help_s:.1f} s on `lookup-knowledge --help` alone on this machine)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=2, ensure_ascii=False), encoding="utf-8")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
