@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from lookup_knowledge.adapters.embedder import EncodePath
-from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
+from lookup_knowledge.adapters.search import StoreError
 from lookup_knowledge.config import Config
 from lookup_knowledge.stores import build_embedder, open_store
 
@@ -42,14 +42,12 @@ def _store_facts(config: Config, dimension: int) -> dict[str, Any]:
     facts: dict[str, Any] = {"backend": store.backend, "location": location, "documents": 0, "chunks": 0}
     try:
         opened = open_store(config, dimension, create=False)
-    except StoreUnavailableError as exc:
+    except StoreError as exc:  # missing (ingest first), down, or held by another process
         return {**facts, "problem": str(exc)}
-    except Exception as exc:  # a server that is down, a local store in use
-        return {**facts, "problem": f"cannot open the store: {exc}"}
     try:
         return {
             **facts,
-            "documents": len(opened.document_hashes()),
+            "documents": len(opened.documents()),
             "chunks": opened.count(),
             "problem": None,
         }
