@@ -75,7 +75,7 @@ def ingest_command(
     """Ingest a knowledge source into the configured store and L0 index."""
     settings = _config(config, overrides)
     try:
-        report = ingest(source, settings, prune=prune, progress=console.is_terminal)
+        report = ingest(source, settings, prune=prune, progress=True)  # a bar, or lines in a log
     except (CorpusError, StoreError) as exc:
         _fail(str(exc))
     _print_ingest_report(report)

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from lookup_knowledge.adapters.corpus import Corpus, SkippedFile, SourceDocument, read_corpus
@@ -38,6 +39,7 @@ from lookup_knowledge.chunking import Chunk, chunk_document
 from lookup_knowledge.config import Config
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
 
+PROGRESS_LINE_S = 15  # seconds between progress lines when the output is not a terminal
 EMBED_GROUP = 512  # chunks embedded and written per step (bounded memory, steady progress)
 
 
@@ -189,15 +191,56 @@ def _groups(
         yield group
 
 
-def _progress_bar(enabled: bool) -> Progress:
+def _progress_bar(enabled: bool) -> Progress | _ProgressLines:
+    """A live bar on a terminal; plain lines now and then in a log or pipe; nothing if disabled."""
+    console = Console(stderr=True)
+    if enabled and not console.is_terminal:
+        return _ProgressLines(console)
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
+        console=console,
         disable=not enabled,
         transient=True,
     )
+
+
+class _ProgressLines:
+    """Progress for output that is not a terminal (a log file, CI): one line at most every
+    :data:`PROGRESS_LINE_S` seconds and one at the end, the bar's interface otherwise."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.description, self.total, self.done = "", 0, 0
+        self.started = self.printed = time.monotonic()
+
+    def __enter__(self) -> _ProgressLines:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.total:
+            self._line()
+
+    def add_task(self, description: str, total: int) -> int:
+        self.description, self.total = description, total
+        return 0
+
+    def advance(self, _task: int, advance: int) -> None:
+        self.done += advance
+        if time.monotonic() - self.printed >= PROGRESS_LINE_S and self.done < self.total:
+            self._line()
+
+    def _line(self) -> None:
+        self.printed = time.monotonic()
+        share = self.done / self.total
+        elapsed = self.printed - self.started
+        self.console.print(
+            f"{self.description}: {self.done}/{self.total} ({share:.0%}), {elapsed:.0f} s",
+            highlight=False,
+            markup=False,
+        )
 
 
 def _payload(pending: _PendingChunk) -> dict[str, object]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -260,6 +261,20 @@ def test_cli_ingest_prints_summary_with_skipped_reason(
     assert "skipped broken.md: broken YAML frontmatter" in result.output
     assert (store_path / "knowledge").is_dir()
     assert l0_index_path(make_config(store_path)).is_file()
+
+
+def test_cli_ingest_into_a_log_prints_progress_lines(
+    runner: CliRunner, small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Output that is not a terminal gets plain progress lines (CliRunner's streams are not)."""
+    module = sys.modules["lookup_knowledge.ingest"]  # the package's `ingest` is the function
+    monkeypatch.setattr(module, "EMBED_GROUP", 1)  # one write per document
+    monkeypatch.setattr(module, "PROGRESS_LINE_S", 0)  # a line after each
+    result = runner.invoke(app, ["ingest", str(small_corpus), "--set", f"store.path={tmp_path / 's'}"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("embedding chunks: ")]
+    assert len(lines) >= 3 and lines[-1].startswith("embedding chunks: 4/4 (100%)")  # 4 chunks in 3 documents
+    assert "\x1b[" not in result.stderr  # no terminal control codes in a log
 
 
 def test_cli_missing_folder_exits_2_with_one_line_error(runner: CliRunner, tmp_path: Path) -> None:
