@@ -59,8 +59,8 @@ class FallbackPolicy:
     def settings(self) -> dict[str, float]:
         """The parameter the rule in force reads."""
         if self.rule == "threshold":
-            return {"reference_threshold": self.reference_threshold}
-        return {"score_ratio": self.score_ratio}
+            return {"referenceThreshold": self.reference_threshold}
+        return {"scoreRatio": self.score_ratio}
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,7 +217,7 @@ def test_filter_wins_keeps_the_filtered_hits(run):
     d = decision(r)
     assert (d["rule"], d["fired"], d["used"]) == ("relative", "filter_holds_up", "filtered")
     assert r.trace["fallbackReason"] is None
-    assert d["scoreRatio"] >= d["settings"]["score_ratio"]
+    assert d["scoreRatio"] >= d["settings"]["scoreRatio"]
     assert d["filteredTop"] == r.attempts[0]["topNormalizedScore"]
     assert d["unfilteredTop"] == r.attempts[1]["topNormalizedScore"]
     assert d["scoreRatio"] == pytest.approx(d["filteredTop"] / d["unfilteredTop"])
@@ -233,7 +233,7 @@ def test_filter_loses_uses_the_unfiltered_hits_without_a_third_search(run):
     d = decision(r)
     assert (d["fired"], d["used"]) == ("filter_lost", "unfiltered")
     assert r.trace["fallbackReason"] == "filtered_vector_low_quality"
-    assert d["scoreRatio"] < d["settings"]["score_ratio"]
+    assert d["scoreRatio"] < d["settings"]["scoreRatio"]
     assert d["filteredTop"] < d["unfilteredTop"]
     assert [a["used"] for a in r.attempts] == [False, True]
     assert len(r.port.round_trips) == 1 and len(r.port.calls) == 2  # the retry reused the batch
@@ -328,7 +328,7 @@ def test_threshold_rule_reads_the_reference_threshold(run):
     r = run("threshold_rule_low_quality")
     d = decision(r)
     assert (d["rule"], d["fired"], d["used"]) == ("threshold", "filtered_top_below_threshold", "unfiltered")
-    assert d["settings"] == {"reference_threshold": 0.99}
+    assert d["settings"] == {"referenceThreshold": 0.99}
     assert r.trace["fallbackReason"] == "filtered_vector_low_quality"
     assert d["filteredTop"] < 0.99
 
