@@ -33,6 +33,13 @@ def print_result(console: Console, result: LookupResult) -> None:
             f"fallback: {trace.fallback_reason or 'none (no retry)'}; layer {trace.retrieval_layer}",
             highlight=False,
         )
+        if (decision := trace.fallback_decision) is not None and decision.score_ratio is not None:
+            console.print(
+                f"decision: {decision.fired} ({decision.rule} rule {decision.settings}); used "
+                f"{decision.used}; top filtered/unfiltered {decision.filtered_top:.3f}/"
+                f"{decision.unfiltered_top:.3f} = {decision.score_ratio:.3f}; overlap {decision.overlap:.2f}",
+                highlight=False,
+            )
     if not result.evidence_blocks:
         return
     table = Table(title="Evidence")
