@@ -25,7 +25,8 @@ def print_result(console: Console, result: LookupResult) -> None:
             top = "-" if attempt.top_normalized_score is None else f"{attempt.top_normalized_score:.3f}"
             error = f" error={attempt.error}" if attempt.error else ""
             console.print(
-                f"attempt {attempt.kind}: filter={attempt.filter} hits={attempt.hit_count} "
+                f"attempt {attempt.kind}{' (used)' if attempt.used else ''}: filter={attempt.filter} "
+                f"hits={attempt.hit_count} "
                 f"usable={attempt.usable_count} top={top}{error}",
                 highlight=False,
             )
