@@ -24,7 +24,7 @@ from rich.table import Table
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
-SEARCH_NODES = {"filtered_hits", "unfiltered_hits"}
+SEARCH_NODES = {"l1_searches"}  # the filtered + unfiltered batch, or the one search
 POSTPROCESSING_NODES = {
     "candidates_df", "deduped_df", "reranked_df", "evidence_blocks", "context_pack",
 }  # fmt: skip

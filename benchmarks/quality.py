@@ -36,6 +36,7 @@ WRONG_CATEGORY = {
     "library_information_science": "news",
     "news": "aeronautics",
 }
+FALLBACK_SECTION = "## Fallback decision: wrong and right category filters"
 console = Console()
 
 
@@ -238,7 +239,9 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     args.doc.parent.mkdir(parents=True, exist_ok=True)
-    args.doc.write_text(markdown(results), encoding="utf-8")
+    kept = args.doc.read_text(encoding="utf-8").partition(FALLBACK_SECTION)[2] if args.doc.is_file() else ""
+    fallback = f"\n{FALLBACK_SECTION}{kept}" if kept else ""  # written by benchmarks/fallback_quality.py
+    args.doc.write_text(markdown(results) + fallback, encoding="utf-8")
     console.print(f"wrote {args.out} and {args.doc}")
     return 0
 

@@ -57,12 +57,9 @@ def _l0_matches(hit: SearchHit, hint_terms: list[tuple[str, str, dict[str, str]]
 
 
 def _final_hits(retrieval_attempts: list[SearchAttempt]) -> list[tuple[str, SearchHit]]:
-    """Usable hits of every attempt, tagged with the attempt that found them, best first.
-
-    After a retry the filtered hits stay candidates too: they share the metric, and evidence-key
-    dedup merges a chunk found by both attempts into one block with both hit reasons.
-    """
-    tagged = [(attempt.kind, hit) for attempt in retrieval_attempts for hit in attempt.usable]
+    """Usable hits of the attempt(s) whose hits the fallback decision used, tagged with the
+    attempt that found them, best first."""
+    tagged = [(a.kind, hit) for a in retrieval_attempts if a.used for hit in a.usable]
     return sorted(tagged, key=lambda pair: -pair[1].normalized_score)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 from lookup_knowledge.adapters.l0_index import L0Hints
+from lookup_knowledge.adapters.search import identity_key
 
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import (
@@ -13,6 +14,7 @@ from lookup_knowledge.contract import (
     EvidenceBlock,
     EvidenceCuts,
     EvidenceStatus,
+    FallbackDecisionTrace,
     LookupResult,
     RelevanceLevel,
     RerankEntry,
@@ -48,6 +50,20 @@ def evidence_status(
     return "no_evidence"
 
 
+def _decision_trace(decision: FallbackDecision) -> FallbackDecisionTrace:
+    values = decision.values
+    return FallbackDecisionTrace(
+        rule=decision.policy.rule,
+        fired=decision.rule,
+        used=decision.use,
+        filtered_top=values.filtered_top,
+        unfiltered_top=values.unfiltered_top,
+        score_ratio=values.score_ratio,
+        overlap=values.overlap,
+        settings=decision.policy.settings(),
+    )
+
+
 def retrieval_trace(
     l0_hints: L0Hints,
     category_filter: str | None,
@@ -61,8 +77,9 @@ def retrieval_trace(
     relative_evidence_floor: float,
     evidence_cuts: EvidenceCuts,
 ) -> RetrievalTrace:
-    """L0 hints, filter, every attempt, the fallback reason and the settings in force."""
-    l1_candidates = any(attempt.usable for attempt in retrieval_attempts)
+    """L0 hints, filter, every search with whether its hits were used, the fallback decision
+    with the values it read, and the settings in force."""
+    l1_candidates = any(attempt.usable for attempt in retrieval_attempts if attempt.used)
     layer = "L0+L1" if not l0_hints.is_empty and l1_candidates else "L1"
     return RetrievalTrace(
         l0_hints=l0_hints,
@@ -76,10 +93,13 @@ def retrieval_trace(
                 top_normalized_score=a.top_normalized_score,
                 usable_count=len(a.usable),
                 error=a.error,
+                used=a.used,
+                hit_keys=[identity_key(hit, rank) for rank, hit in enumerate(a.usable, start=1)],
             )
             for a in retrieval_attempts
         ],
         fallback_reason=fallback_decision.reason,
+        fallback_decision=_decision_trace(fallback_decision) if retrieval_attempts else None,
         reference_threshold=reference_threshold,
         min_evidence_score=min_evidence_score,
         retrieve_k=retrieve_k,

@@ -1,27 +1,37 @@
-"""L1 dense retrieval through the search port, with the filtered-then-unfiltered fallback."""
+"""L1 retrieval through the search port: the filtered search, its unfiltered companion, and the
+fallback decision between them.
+
+With a category filter (and the fallback on) the filtered and the unfiltered search go to the
+store as one batched request. The decision then compares the two result lists of the same query
+instead of holding the filtered top score against a constant (see ``docs/quality.md``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
 from hamilton.function_modifiers import config
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 
-from lookup_knowledge.contract import FallbackReason
+from lookup_knowledge.contract import DecisionRule, FallbackReason, FallbackRule
+
+AttemptKind = Literal["filtered", "unfiltered"]
 
 
 @dataclass(frozen=True, slots=True)
 class SearchAttempt:
-    """One search through the port: its request shape, hits (usable or not) and error, if any."""
+    """One search through the port: its request shape, hits (usable or not), error, and whether
+    its hits became the candidates."""
 
-    kind: Literal["filtered", "unfiltered"]
+    kind: AttemptKind
     filter: str | None
     width: int
     hits: list[SearchHit] = field(default_factory=list)
     usable: list[SearchHit] = field(default_factory=list)
     error: str | None = None
+    used: bool = True
 
     @property
     def top_normalized_score(self) -> float | None:
@@ -29,86 +39,175 @@ class SearchAttempt:
 
 
 @dataclass(frozen=True, slots=True)
+class DecisionValues:
+    """What the fallback decision read from the two searches of one query."""
+
+    filtered_top: float | None = None
+    unfiltered_top: float | None = None
+    score_ratio: float | None = None
+    overlap: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackPolicy:
+    """How the fallback decides (``retrieval.fallback_rule`` and its parameter)."""
+
+    rule: FallbackRule = "relative"
+    score_ratio: float = 0.75
+    reference_threshold: float = 0.45
+
+    def settings(self) -> dict[str, float]:
+        """The parameter the rule in force reads."""
+        if self.rule == "threshold":
+            return {"referenceThreshold": self.reference_threshold}
+        return {"scoreRatio": self.score_ratio}
+
+
+@dataclass(frozen=True, slots=True)
 class FallbackDecision:
-    """Whether the unfiltered retry runs, and why."""
+    """Which search's hits are used, the rule that decided it, and the values it read."""
 
-    retry: bool
+    use: AttemptKind | None
+    rule: DecisionRule
     reason: FallbackReason | None = None
+    values: DecisionValues = DecisionValues()
+    policy: FallbackPolicy = FallbackPolicy()
 
-
-def _attempt(
-    kind: Literal["filtered", "unfiltered"],
-    query: str,
-    query_vector: np.ndarray,
-    category: str | None,
-    search_port: KnowledgeSearchPort,
-    retrieve_k: int,
-    min_evidence_score: float,
-) -> SearchAttempt:
-    request = SearchRequest(query, query_vector, retrieve_k, category)
-    try:
-        hits = search_port.search(request)
-    except Exception as exc:  # any backend failure is traced and answered by the fallback
-        return SearchAttempt(kind, category, retrieve_k, error=f"{type(exc).__name__}: {exc}")
-    usable = [hit for hit in hits if _is_usable(hit, min_evidence_score)]
-    return SearchAttempt(kind, category, retrieve_k, hits, usable)
+    @property
+    def retry(self) -> bool:
+        """Whether the unfiltered hits replace the filtered ones."""
+        return self.reason is not None
 
 
 def _is_usable(hit: SearchHit, min_evidence_score: float) -> bool:
     return hit.normalized_score >= min_evidence_score and bool(hit.content.strip())
 
 
+def _attempt(
+    request: SearchRequest, hits: list[SearchHit] | None, error: str | None, min_evidence_score: float
+) -> SearchAttempt:
+    kind: AttemptKind = "filtered" if request.category is not None else "unfiltered"
+    if hits is None:
+        return SearchAttempt(kind, request.category, request.top_k, error=error)
+    usable = [hit for hit in hits if _is_usable(hit, min_evidence_score)]
+    return SearchAttempt(kind, request.category, request.top_k, hits, usable)
+
+
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _search_one(
+    request: SearchRequest, search_port: KnowledgeSearchPort, min_evidence_score: float
+) -> SearchAttempt:
+    try:
+        hits = search_port.search(request)
+    except Exception as exc:  # any backend failure is traced and answered by the fallback
+        return _attempt(request, None, _error(exc), min_evidence_score)
+    return _attempt(request, hits, None, min_evidence_score)
+
+
 @config.when_not(l1_enabled=False)
-def filtered_hits(
+def l1_searches(
     query: str,
     query_vector: np.ndarray,
     category_filter: str | None,
     search_port: KnowledgeSearchPort,
     retrieve_k: int,
     min_evidence_score: float,
-) -> SearchAttempt:
-    """L1 dense retrieval, ``retrieve_k`` wide, with the category filter when there is one."""
-    kind = "filtered" if category_filter is not None else "unfiltered"
-    return _attempt(kind, query, query_vector, category_filter, search_port, retrieve_k, min_evidence_score)
+    fallback_enabled: bool = True,
+) -> list[SearchAttempt]:
+    """The L1 searches, ``retrieve_k`` wide: with a filter (and the fallback on) the filtered
+    search and its unfiltered companion as one batched request; else the one search.
+
+    When the batch raises, the searches are retried alone to find the one that fails: first the
+    unfiltered one (when it works, the filtered search carries the batch's error), then, only if
+    that fails too, the filtered one.
+    """
+    filtered = SearchRequest(query, query_vector, retrieve_k, category_filter)
+    if category_filter is None or not fallback_enabled:
+        return [_search_one(filtered, search_port, min_evidence_score)]
+    unfiltered = SearchRequest(query, query_vector, retrieve_k, None)
+    try:
+        filtered_found, unfiltered_found = search_port.search_batch([filtered, unfiltered])
+    except Exception as exc:
+        alone = _search_one(unfiltered, search_port, min_evidence_score)
+        if alone.error is None:
+            return [_attempt(filtered, None, _error(exc), min_evidence_score), alone]
+        return [_search_one(filtered, search_port, min_evidence_score), alone]
+    return [
+        _attempt(filtered, filtered_found, None, min_evidence_score),
+        _attempt(unfiltered, unfiltered_found, None, min_evidence_score),
+    ]
+
+
+@config.when_not(l1_enabled=False)
+def filtered_hits(l1_searches: list[SearchAttempt]) -> SearchAttempt:
+    """The search with the category filter when there is one (else the plain search)."""
+    return l1_searches[0]
+
+
+@config.when_not(l1_enabled=False)
+def unfiltered_hits(l1_searches: list[SearchAttempt]) -> SearchAttempt | None:
+    """The unfiltered companion of a filtered search, from the same batch; ``None`` without one."""
+    return l1_searches[1] if len(l1_searches) > 1 else None
+
+
+def _overlap(filtered: list[SearchHit], unfiltered: list[SearchHit]) -> float | None:
+    """Share of the unfiltered hits that the filtered search also returned."""
+    if not unfiltered:
+        return None
+    held = {hit.point_id for hit in filtered}
+    return sum(hit.point_id in held for hit in unfiltered) / len(unfiltered)
+
+
+def _decision_values(filtered: SearchAttempt, unfiltered: SearchAttempt | None) -> DecisionValues:
+    """Both top scores, their ratio, and the overlap of the two lists."""
+    filtered_top = filtered.top_normalized_score
+    if unfiltered is None:
+        return DecisionValues(filtered_top=filtered_top)
+    unfiltered_top = unfiltered.top_normalized_score
+    ratio = filtered_top / unfiltered_top if filtered_top is not None and unfiltered_top else None
+    return DecisionValues(filtered_top, unfiltered_top, ratio, _overlap(filtered.hits, unfiltered.hits))
 
 
 @config.when_not(l1_enabled=False)
 def fallback_decision(
-    filtered_hits: SearchAttempt, reference_threshold: float, fallback_enabled: bool = True
+    filtered_hits: SearchAttempt, unfiltered_hits: SearchAttempt | None, fallback_policy: FallbackPolicy
 ) -> FallbackDecision:
-    """Retry unfiltered when a filtered search erred, found nothing usable, or scored too low."""
-    if filtered_hits.kind == "unfiltered" or not fallback_enabled:
-        return FallbackDecision(retry=False)
+    """Keep the filtered hits, or use the unfiltered ones, and say why (SPEC reasons)."""
+    policy = fallback_policy
+    values = _decision_values(filtered_hits, unfiltered_hits)
+
+    def decide(use: AttemptKind, rule: DecisionRule, reason: FallbackReason | None = None):
+        return FallbackDecision(use, rule, reason, values, policy)
+
+    if filtered_hits.kind == "unfiltered":
+        return decide("unfiltered", "no_filter")
+    if unfiltered_hits is None:
+        return decide("filtered", "fallback_disabled")
     if filtered_hits.error is not None:
-        return FallbackDecision(retry=True, reason="filtered_vector_error")
+        return decide("unfiltered", "filtered_search_failed", "filtered_vector_error")
     if not filtered_hits.usable:
-        return FallbackDecision(retry=True, reason="filtered_vector_no_evidence")
-    if (filtered_hits.top_normalized_score or 0.0) < reference_threshold:
-        return FallbackDecision(retry=True, reason="filtered_vector_low_quality")
-    return FallbackDecision(retry=False)
-
-
-@config.when_not(l1_enabled=False)
-def unfiltered_hits(
-    fallback_decision: FallbackDecision,
-    query: str,
-    query_vector: np.ndarray,
-    search_port: KnowledgeSearchPort,
-    retrieve_k: int,
-    min_evidence_score: float,
-) -> SearchAttempt | None:
-    """The unfiltered retry with the raw query, run at most once and only when decided."""
-    if not fallback_decision.retry:
-        return None
-    return _attempt("unfiltered", query, query_vector, None, search_port, retrieve_k, min_evidence_score)
+        return decide("unfiltered", "filtered_search_empty", "filtered_vector_no_evidence")
+    if unfiltered_hits.error is not None or not unfiltered_hits.usable:
+        return decide("filtered", "unfiltered_search_unusable")
+    if policy.rule == "threshold":
+        if (values.filtered_top or 0.0) >= policy.reference_threshold:
+            return decide("filtered", "filtered_top_at_threshold")
+        return decide("unfiltered", "filtered_top_below_threshold", "filtered_vector_low_quality")
+    if (values.score_ratio or 0.0) >= policy.score_ratio:
+        return decide("filtered", "filter_holds_up")
+    return decide("unfiltered", "filter_lost", "filtered_vector_low_quality")
 
 
 @config.when_not(l1_enabled=False)
 def retrieval_attempts(
-    filtered_hits: SearchAttempt, unfiltered_hits: SearchAttempt | None
+    filtered_hits: SearchAttempt, unfiltered_hits: SearchAttempt | None, fallback_decision: FallbackDecision
 ) -> list[SearchAttempt]:
-    """The searches that ran, in order."""
-    return [filtered_hits] if unfiltered_hits is None else [filtered_hits, unfiltered_hits]
+    """The searches that ran, in order, each marked with whether its hits were used."""
+    ran = [filtered_hits] if unfiltered_hits is None else [filtered_hits, unfiltered_hits]
+    return [replace(attempt, used=attempt.kind == fallback_decision.use) for attempt in ran]
 
 
 @config.when(l1_enabled=False)
@@ -120,4 +219,4 @@ def retrieval_attempts__l1_disabled() -> list[SearchAttempt]:
 @config.when(l1_enabled=False)
 def fallback_decision__l1_disabled() -> FallbackDecision:
     """No fallback without L1."""
-    return FallbackDecision(retry=False)
+    return FallbackDecision(None, "l1_disabled")

@@ -244,8 +244,9 @@ def retrieval_details(result: LookupResult) -> dict[str, Any]:
     return {
         "l0Hints": dump(trace.l0_hints) if trace else None,
         "categoryFilter": trace.category_filter if trace else None,
-        "attempts": [dump(attempt) for attempt in trace.attempts] if trace else [],
+        "attempts": [dump(attempt, exclude={"hit_keys"}) for attempt in trace.attempts] if trace else [],
         "fallbackReason": trace.fallback_reason if trace else None,
+        "fallbackDecision": dump(trace.fallback_decision) if trace else None,
         "retrievalLayer": trace.retrieval_layer if trace else None,
         "settings": dump(trace, include=thresholds) if trace else None,
         "evidence": [dump(block, include=evidence_fields) for block in result.evidence_blocks],

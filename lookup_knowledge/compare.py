@@ -142,7 +142,7 @@ def _why_no_effect(variant: Variant, base: pd.DataFrame) -> str:
         if key in FILTER_KEYS and base["category_filter"].isna().all():
             reasons.append(
                 f"{key} acts on filtered queries and no query had a category filter (pin one per query "
-                "with a `category` column, e.g. `eval-queries --pin-category`)"
+                "with a `category` column, e.g. `eval-queries --categories true`)"
             )
         elif key in BOOST_HINTS and f'"{BOOST_HINTS[key]}' not in hit_reasons:
             reasons.append(f"{key} boosts blocks matching an L0 hint and no returned block matched one")

@@ -86,6 +86,8 @@ class RetrievalConfig(_Section):
     max_chunks_per_document: int | None = Field(2, ge=1)
     reference_threshold: float = Field(0.45, ge=0.0, le=1.0)
     fallback: bool = True
+    fallback_rule: Literal["relative", "threshold"] = "relative"
+    fallback_score_ratio: float = Field(0.75, ge=0.0, le=1.0)
     min_evidence_score: float = Field(0.0, ge=0.0, le=1.0)
     relative_evidence_floor: float = Field(0.5, ge=0.0, le=1.0)
     max_query_chars: int = Field(2000, ge=1)

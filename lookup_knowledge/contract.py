@@ -18,6 +18,19 @@ FallbackReason = Literal[
     "filtered_vector_no_evidence", "filtered_vector_low_quality", "filtered_vector_error"
 ]
 RelevanceLevel = Literal["high", "medium", "low", "none"]
+FallbackRule = Literal["relative", "threshold"]
+DecisionRule = Literal[
+    "no_filter",  # one unfiltered search: nothing to decide
+    "fallback_disabled",  # retrieval.fallback is off: the filtered hits stand
+    "filtered_search_failed",  # the filtered search raised: unfiltered hits
+    "filtered_search_empty",  # the filtered search found nothing usable: unfiltered hits
+    "unfiltered_search_unusable",  # the companion raised or found nothing: the filtered hits stand
+    "filter_holds_up",  # relative rule: filtered top >= score_ratio x unfiltered top
+    "filter_lost",  # relative rule: below that; unfiltered hits
+    "filtered_top_at_threshold",  # threshold rule: filtered top score >= reference_threshold
+    "filtered_top_below_threshold",  # threshold rule: below it; unfiltered hits
+    "l1_disabled",
+]
 
 
 class ContractModel(BaseModel):
@@ -80,6 +93,25 @@ class AttemptTrace(ContractModel):
     top_normalized_score: float | None
     usable_count: int
     error: str | None
+    used: bool = Field(True, description="whether this search's hits became the evidence candidates")
+    hit_keys: list[str] = Field(
+        default_factory=list, description="evidence keys of the usable hits, best first"
+    )
+
+
+class FallbackDecisionTrace(ContractModel):
+    """How the fallback decision chose between the filtered and the unfiltered hits."""
+
+    rule: FallbackRule = Field(description="the decision rule in force (retrieval.fallback_rule)")
+    fired: DecisionRule = Field(description="the branch of the rule that decided")
+    used: Literal["filtered", "unfiltered"] | None = Field(description="whose hits were used")
+    filtered_top: float | None = Field(description="top normalized score of the filtered search")
+    unfiltered_top: float | None = Field(description="top normalized score of the unfiltered search")
+    score_ratio: float | None = Field(description="filtered top / unfiltered top")
+    overlap: float | None = Field(
+        description="share of the unfiltered hits the filtered search also found (explanation only)"
+    )
+    settings: dict[str, float] = Field(description="the decision's parameters in force")
 
 
 class CappedChunk(ContractModel):
@@ -122,6 +154,7 @@ class RetrievalTrace(ContractModel):
     category_filter: str | None
     attempts: list[AttemptTrace]
     fallback_reason: FallbackReason | None
+    fallback_decision: FallbackDecisionTrace | None = None
     reference_threshold: float
     min_evidence_score: float
     retrieve_k: int

@@ -29,7 +29,8 @@ def print_result(console: Console, result: LookupResult) -> None:
             top = "-" if attempt.top_normalized_score is None else f"{attempt.top_normalized_score:.3f}"
             error = f" error={attempt.error}" if attempt.error else ""
             console.print(
-                f"attempt {attempt.kind}: filter={attempt.filter} hits={attempt.hit_count} "
+                f"attempt {attempt.kind}{' (used)' if attempt.used else ''}: filter={attempt.filter} "
+                f"hits={attempt.hit_count} "
                 f"usable={attempt.usable_count} top={top}{error}",
                 highlight=False,
             )
@@ -37,6 +38,13 @@ def print_result(console: Console, result: LookupResult) -> None:
             f"fallback: {trace.fallback_reason or 'none (no retry)'}; layer {trace.retrieval_layer}",
             highlight=False,
         )
+        if (decision := trace.fallback_decision) is not None and decision.score_ratio is not None:
+            console.print(
+                f"decision: {decision.fired} ({decision.rule} rule {decision.settings}); used "
+                f"{decision.used}; top filtered/unfiltered {decision.filtered_top:.3f}/"
+                f"{decision.unfiltered_top:.3f} = {decision.score_ratio:.3f}; overlap {decision.overlap:.2f}",
+                highlight=False,
+            )
     if not result.evidence_blocks:
         return
     table = Table(title="Evidence")

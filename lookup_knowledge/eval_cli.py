@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -27,6 +28,14 @@ if TYPE_CHECKING:
     from lookup_knowledge.evaluation import EvalRun
 
 console = Console()
+
+
+class CategoryPin(StrEnum):
+    true = "true"
+    wrong = "wrong"
+    none = "none"
+
+
 errors = Console(stderr=True)
 
 
@@ -69,6 +78,7 @@ def eval_command(
         plot_sweep,
         run_variants,
     )
+    from lookup_knowledge.evaluation import filter_headline
     from lookup_knowledge.report import write_eval_outputs
     from lookup_knowledge.tool import KnowledgeTool
 
@@ -96,6 +106,9 @@ def eval_command(
         _fail(str(exc), code=1)
     with tool:
         run = _with_progress(tool, queries, judgments)
+        headline = filter_headline(tool, queries, judgments, run)
+        if headline:
+            run.metrics["filter_headline"] = headline
         comparison = None
         if variants or swept:
             runs = run_variants(
@@ -137,6 +150,7 @@ def _distributed(settings, queries, judgments, address: str) -> EvalRun:  # noqa
 
 def _report(run: EvalRun, written: list[Path]) -> None:
     from lookup_knowledge.evaluation import METRIC_NAMES
+    from lookup_knowledge.report import filter_headline_lines
 
     overall = run.metrics["overall"]
     table = Table(title=f"{overall['queries']} queries ({overall['judged_queries']} judged)")
@@ -147,6 +161,8 @@ def _report(run: EvalRun, written: list[Path]) -> None:
         table.add_row(name, "-" if value is None else f"{value:.4f}")
     table.add_row("queries/s", f"{run.queries_per_second:.1f}")
     console.print(table)
+    for line in filter_headline_lines(run.metrics.get("filter_headline")):
+        console.print(line.replace("**", ""), highlight=False)
     console.print(f"wrote {', '.join(str(p) for p in written[:3])} and {len(written) - 3} plots")
 
 
@@ -154,13 +170,18 @@ def eval_queries_command(
     corpus_dir: Annotated[Path, typer.Argument(help="BEIR folder with queries.jsonl and qrels.tsv.")],
     out: Annotated[Path, typer.Option("--out", help="Parquet file to write.")],
     qrels: Annotated[Path | None, typer.Option("--qrels", help="qrels.tsv (default: in the folder).")] = None,
-    pin_category: Annotated[
-        bool, typer.Option("--pin-category", help="Write each query's category as its pinned filter.")
-    ] = False,
+    categories: Annotated[
+        CategoryPin,
+        typer.Option(
+            "--categories",
+            help="Pin each query's own category (true), another existing one (wrong), or none; "
+            "true/wrong runs get the filter headline in the eval report.",
+        ),
+    ] = CategoryPin.none,
 ) -> None:
     """Convert a BEIR queries.jsonl (+ qrels) into an eval query parquet."""
     try:
-        rows = beir_to_parquet(corpus_dir, out, qrels, pin_category)
+        rows = beir_to_parquet(corpus_dir, out, qrels, categories.value)
     except (EvalDataError, json.JSONDecodeError, KeyError) as exc:
         _fail(str(exc))
     console.print(f"wrote {rows} judged queries to {out}")

@@ -1,8 +1,9 @@
 """Eval query files: parquet validation, relevance judgments (column or qrels), BEIR conversion.
 
 An eval query parquet has ``query_id`` and ``query`` (strings), optionally ``relevant`` (a list
-of relevant doc ids, or a map doc id -> graded relevance) and ``category`` (a pinned category
-filter for that query, overriding L0).
+of relevant doc ids, or a map doc id -> graded relevance), ``category`` (a pinned category
+filter for that query, overriding L0) and ``true_category`` (the query's own category, when the
+pins were written to measure the filter: see :func:`beir_to_parquet`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import csv
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 import pyarrow as pa
@@ -50,7 +51,7 @@ def _check_schema(schema: pa.Schema, path: Path) -> None:
     missing = [name for name in REQUIRED_COLUMNS if name not in schema.names]
     if missing:
         raise EvalDataError(f"{path}: missing required column(s) {missing}; found {schema.names}")
-    for name in ("query_id", "query", "category"):
+    for name in ("query_id", "query", "category", "true_category"):
         if name in schema.names and not _is_string(schema.field(name).type):
             raise EvalDataError(f"{path}: column {name!r} must be strings, not {schema.field(name).type}")
     if "relevant" in schema.names:
@@ -113,45 +114,83 @@ def _grades(value: Any) -> dict[str, int]:
     return {str(doc_id): 1 for doc_id in items}
 
 
+CategoryPins = Literal["true", "wrong", "none"]
+
+
 def beir_to_parquet(
     corpus_dir: str | Path,
     out: str | Path,
     qrels_file: str | Path | None = None,
-    pin_category: bool = False,
+    categories: CategoryPins = "none",
 ) -> int:
     """Convert a BEIR ``queries.jsonl`` (+ qrels) to an eval query parquet; returns the row count.
 
-    Only judged queries are written (BEIR evaluates those). With ``pin_category`` each query's
-    own ``category`` is written, which pins it as that query's filter.
+    Only judged queries are written (BEIR evaluates those). ``categories`` pins a filter per
+    query from its ``category`` field: ``true`` pins its own category, ``wrong`` deliberately
+    pins another one (see :func:`wrong_category`); both also write ``true_category``, which the
+    eval report reads for its filter headline. ``none`` pins nothing.
     """
     folder = Path(corpus_dir)
     queries_file = folder / "queries.jsonl"
     if not queries_file.is_file():
         raise EvalDataError(f"no queries.jsonl in {folder}")
     qrels = load_qrels(Path(qrels_file) if qrels_file else folder / "qrels.tsv")
+    records = [
+        record
+        for line in queries_file.read_text(encoding="utf-8").splitlines()
+        if line.strip() and str((record := json.loads(line))["_id"]) in qrels
+    ]
+    known = _categories(folder, records) if categories != "none" else []
     rows = []
-    for line in queries_file.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
+    for record in records:
         query_id = str(record["_id"])
-        if query_id in qrels:
-            rows.append(
-                {
-                    "query_id": query_id,
-                    "query": record["text"],
-                    "relevant": list(qrels[query_id].items()),
-                    "category": record.get("category") if pin_category else None,
-                }
-            )
+        true = _text_or_none(record.get("category")) if categories != "none" else None
+        if categories != "none" and true is None:
+            raise EvalDataError(f"{queries_file}: query {query_id!r} has no category to pin")
+        pinned = wrong_category(true, known) if categories == "wrong" else true
+        rows.append(
+            {
+                "query_id": query_id,
+                "query": record["text"],
+                "relevant": list(qrels[query_id].items()),
+                "category": pinned,
+                "true_category": true,
+            }
+        )
     schema = pa.schema(
         [
             ("query_id", pa.string()),
             ("query", pa.string()),
             ("relevant", pa.map_(pa.string(), pa.int64())),
             ("category", pa.string()),
+            ("true_category", pa.string()),
         ]
     )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), out)
     return len(rows)
+
+
+def wrong_category(true: str | None, known: list[str]) -> str:
+    """A deliberately wrong category: the next known category after ``true`` in sorted order
+    (cyclic), so every query is pinned to a category that exists but is not its own."""
+    others = sorted(set(known) - {true})
+    if not others:
+        raise EvalDataError(f"no category other than {true!r} to pin as a wrong one")
+    later = [c for c in others if true is None or c > true]
+    return (later or others)[0]
+
+
+def _categories(folder: Path, queries: list[dict[str, Any]]) -> list[str]:
+    """Categories the documents carry (``corpus.jsonl``), else those of the queries."""
+    corpus = folder / "corpus.jsonl"
+    source = queries
+    if corpus.is_file():
+        source = [
+            json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
+    return sorted({c for record in source if (c := _text_or_none(record.get("category")))})
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None

@@ -172,3 +172,74 @@ def _summary(results: pd.DataFrame, per_query: pd.DataFrame) -> dict[str, Any]:
         "latency_ms_p50": float(np.percentile(latency, 50)) if n else None,
         "latency_ms_p95": float(np.percentile(latency, 95)) if n else None,
     }
+
+
+def filter_headline(
+    tool: KnowledgeTool,
+    queries: pd.DataFrame,
+    qrels: Qrels,
+    run: EvalRun,
+    references: FilterReferences | None = None,
+) -> dict[str, Any] | None:
+    """What the fallback keeps, for queries pinned to their true or a wrong category.
+
+    Needs the ``true_category`` column (``eval-queries --categories true|wrong``). Two reference
+    runs of the same queries are made unless given: unfiltered (no pins) and, for true pins, the
+    pure filter (fallback off). Under a wrong filter the headline is the share of the unfiltered
+    nDCG@10 kept; under a right one, the share of the pure filter's gain over unfiltered kept.
+    """
+    if "true_category" not in queries.columns or not qrels:
+        return None
+    references = references or filter_references(tool, queries, qrels)
+    pinned = pd.Series(pinned_categories(queries), index=queries.index)
+    right = queries[pinned.notna() & (pinned == queries["true_category"])]
+    wrong = queries[pinned.notna() & (pinned != queries["true_category"])]
+    ndcg = run.per_query.set_index("query_id")["ndcg@10"]
+    headline: dict[str, Any] = {}
+    if len(wrong):
+        kept, base = _mean(ndcg, wrong), _mean(references.unfiltered, wrong)
+        headline["wrong_filter"] = {
+            "queries": len(wrong), "ndcg@10": kept, "unfiltered_ndcg@10": base,
+            "share_of_unfiltered_kept": kept / base if base else None,
+        }  # fmt: skip
+    if len(right):
+        kept, base = _mean(ndcg, right), _mean(references.unfiltered, right)
+        best = _mean(references.pure_filter, right)
+        headline["right_filter"] = {
+            "queries": len(right), "ndcg@10": kept, "unfiltered_ndcg@10": base,
+            "pure_filter_ndcg@10": best,
+            "share_of_filter_gain_kept": (kept - base) / (best - base) if best > base else None,
+        }  # fmt: skip
+    return headline
+
+
+@dataclass(frozen=True)
+class FilterReferences:
+    """Per-query nDCG@10 of the two reference runs: unfiltered, and the pure true-category filter."""
+
+    unfiltered: pd.Series
+    pure_filter: pd.Series
+
+
+def filter_references(tool: KnowledgeTool, queries: pd.DataFrame, qrels: Qrels) -> FilterReferences:
+    """Run the queries unpinned, and pinned to their true category with the fallback off."""
+    pure_tool = KnowledgeTool(
+        tool.config.model_copy(
+            update={"retrieval": tool.config.retrieval.model_copy(update={"fallback": False})}
+        ),
+        search_port=tool.search_port,
+        embedder=tool.embedder,
+        l0_index=tool.l0_index,
+    )
+    return FilterReferences(
+        unfiltered=_ndcg(tool, queries.assign(category=None), qrels),
+        pure_filter=_ndcg(pure_tool, queries.assign(category=queries["true_category"]), qrels),
+    )
+
+
+def _ndcg(tool: KnowledgeTool, queries: pd.DataFrame, qrels: Qrels) -> pd.Series:
+    return evaluate(tool, queries, qrels).per_query.set_index("query_id")["ndcg@10"]
+
+
+def _mean(ndcg: pd.Series, queries: pd.DataFrame) -> float:
+    return float(ndcg.reindex(queries["query_id"]).dropna().mean())

@@ -23,6 +23,7 @@ from lookup_knowledge.dataflows import (
     result,
     retrieval,
 )
+from lookup_knowledge.dataflows.retrieval import FallbackPolicy
 
 DATAFLOW_MODULES = (query_understanding, retrieval, postprocessing, context, result)
 FINAL_NODE = "lookup_result"
@@ -107,6 +108,11 @@ def settings_inputs(config: Config) -> dict[str, Any]:
         "return_n": retrieval_config.effective_return_n,
         "reference_threshold": retrieval_config.reference_threshold,
         "fallback_enabled": retrieval_config.fallback,
+        "fallback_policy": FallbackPolicy(
+            rule=retrieval_config.fallback_rule,
+            score_ratio=retrieval_config.fallback_score_ratio,
+            reference_threshold=retrieval_config.reference_threshold,
+        ),
         "min_evidence_score": retrieval_config.min_evidence_score,
         "relative_evidence_floor": retrieval_config.relative_evidence_floor,
         "max_chunks_per_document": retrieval_config.max_chunks_per_document,

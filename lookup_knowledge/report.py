@@ -98,7 +98,8 @@ def _latency_histogram(axes: plt.Axes, results: pd.DataFrame) -> None:
 
 def _markdown(title: str, metrics: dict[str, Any], plots: list[str]) -> str:
     overall = metrics["overall"]
-    lines = [f"# {title}", "", "| metric | value |", "|---|---|"]
+    lines = [f"# {title}", "", *filter_headline_lines(metrics.get("filter_headline")), "| metric | value |"]
+    lines.append("|---|---|")
     for name in [*METRIC_NAMES, "found_rate", "no_evidence_rate", "fallback_rate"]:
         lines.append(f"| {name} | {_fmt(overall.get(name))} |")
     lines += [
@@ -152,6 +153,31 @@ def _configuration(config: Config | None, overrides: dict[str, Any]) -> str:
     if overrides:
         lines += ["Overrides: " + ", ".join(f"`{k}={v}`" for k, v in overrides.items()), ""]
     return "\n".join([*lines, "```yaml", dumped.rstrip(), "```", ""])
+
+
+def filter_headline_lines(headline: dict[str, Any] | None) -> list[str]:
+    """The category-filter headline of a run with pinned true or wrong categories."""
+    if not headline:
+        return []
+    lines = []
+    if (wrong := headline.get("wrong_filter")) is not None:
+        lines.append(
+            f"**Wrong category pinned ({wrong['queries']} queries): the fallback keeps "
+            f"{_share(wrong['share_of_unfiltered_kept'])} of the unfiltered nDCG@10** "
+            f"({_fmt(wrong['ndcg@10'])} vs {_fmt(wrong['unfiltered_ndcg@10'])})."
+        )
+    if (right := headline.get("right_filter")) is not None:
+        lines.append(
+            f"**Right category pinned ({right['queries']} queries): keeps "
+            f"{_share(right['share_of_filter_gain_kept'])} of the pure filter's gain** "
+            f"(nDCG@10 {_fmt(right['ndcg@10'])}; unfiltered {_fmt(right['unfiltered_ndcg@10'])}, "
+            f"pure filter {_fmt(right['pure_filter_ndcg@10'])})."
+        )
+    return [*lines, ""]
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 def _fmt(value: Any) -> str:

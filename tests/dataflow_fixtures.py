@@ -107,10 +107,11 @@ class SearchCall:
 
 
 class FaultySearchPort(KnowledgeSearchPort):
-    """The real store, wrapped: raises on filtered (or on every) search, and records each call.
+    """The real store, wrapped: raises on filtered (or unfiltered, or every) search, and records
+    each request and each round trip.
 
     The only test double of the suite: it injects backend faults and lets a test see which
-    searches really ran and which hits they really returned.
+    searches really ran, how they were sent, and which hits they really returned.
     """
 
     def __init__(
@@ -118,26 +119,39 @@ class FaultySearchPort(KnowledgeSearchPort):
         inner: KnowledgeSearchPort,
         *,
         fail_filtered: bool = False,
+        fail_unfiltered: bool = False,
         fail_all: bool = False,
         message: str = "simulated backend outage",
     ) -> None:
         self.inner = inner
         self.fail_filtered = fail_filtered
+        self.fail_unfiltered = fail_unfiltered
         self.fail_all = fail_all
         self.message = message
         self.calls: list[SearchCall] = []
+        self.round_trips: list[list[SearchRequest]] = []  # one entry per search / search_batch
+
+    def _fails(self, request: SearchRequest) -> bool:
+        filtered = request.category is not None
+        return self.fail_all or (self.fail_filtered and filtered) or (self.fail_unfiltered and not filtered)
 
     def search(self, request: SearchRequest) -> list[SearchHit]:
+        self.round_trips.append([request])
+        return self._search(request)
+
+    def _search(self, request: SearchRequest) -> list[SearchHit]:
         call = SearchCall(request)
         self.calls.append(call)
-        if self.fail_all or (self.fail_filtered and request.category is not None):
+        if self._fails(request):
             call.error = self.message
             raise ConnectionError(self.message)
         call.hits = self.inner.search(request)
         return call.hits
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
-        return [self.search(request) for request in requests]
+        """Like a store's batch: one failing request fails the whole round trip."""
+        self.round_trips.append(list(requests))
+        return [self._search(request) for request in requests]
 
     def returned_hits(self) -> dict[str, SearchHit]:
         """Evidence key -> hit, over every hit any search returned."""

@@ -33,7 +33,7 @@ from lookup_knowledge.eval_data import (
     load_qrels,
     relevance,
 )
-from lookup_knowledge.evaluation import document_ranking, evaluate, per_query_metrics
+from lookup_knowledge.evaluation import document_ranking, evaluate, filter_headline, per_query_metrics
 from lookup_knowledge.report import write_eval_outputs
 
 QUERIES = [
@@ -139,10 +139,73 @@ def test_beir_conversion_keeps_judged_queries_only(tmp_path: Path) -> None:
         '{"_id": "1", "text": "first", "category": "news"}\n{"_id": "2", "text": "unjudged"}\n'
     )
     (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n1\td9\t2\n")
-    assert beir_to_parquet(tmp_path, tmp_path / "out.parquet", pin_category=True) == 1
+    assert beir_to_parquet(tmp_path, tmp_path / "out.parquet", categories="true") == 1
     frame = load_eval_queries(tmp_path / "out.parquet")
     assert frame["query"].tolist() == ["first"] and frame["category"].tolist() == ["news"]
     assert relevance(frame) == {"1": {"d9": 2}}
+
+
+def write_beir(folder: Path) -> Path:
+    """Three judged queries in three domains; the corpus knows a fourth."""
+    folder.mkdir()
+    docs = [("d1", "news"), ("d2", "medicine"), ("d3", "aeronautics"), ("d4", "science")]
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": d, "text": d, "category": c}) + "\n" for d, c in docs)
+    )
+    queries = [("q1", "news"), ("q2", "medicine"), ("q3", "science")]
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": q, "category": c}) + "\n" for q, c in queries)
+    )
+    (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\nq3\td4\t1\n")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("categories", "pinned"),
+    [
+        ("true", ["news", "medicine", "science"]),
+        ("wrong", ["science", "news", "aeronautics"]),  # the next corpus category, cyclic
+        ("none", [None, None, None]),
+    ],
+)
+def test_beir_conversion_pins_true_wrong_or_no_categories(tmp_path: Path, categories, pinned) -> None:
+    out = tmp_path / "out.parquet"
+    beir_to_parquet(write_beir(tmp_path / "beir"), out, categories=categories)
+    frame = load_eval_queries(out)
+    assert [c if isinstance(c, str) else None for c in frame["category"]] == pinned
+    expected_true = [None] * 3 if categories == "none" else ["news", "medicine", "science"]
+    assert [c if isinstance(c, str) else None for c in frame["true_category"]] == expected_true
+
+
+def test_wrong_category_needs_another_category(tmp_path: Path) -> None:
+    folder = tmp_path / "one"
+    folder.mkdir()
+    (folder / "queries.jsonl").write_text('{"_id": "q", "text": "x", "category": "news"}\n')
+    (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t1\n")
+    with pytest.raises(EvalDataError, match="no category other than 'news'"):
+        beir_to_parquet(folder, tmp_path / "out.parquet", categories="wrong")
+
+
+def test_pinning_a_query_without_category_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "nocat"
+    folder.mkdir()
+    (folder / "queries.jsonl").write_text('{"_id": "q", "text": "x"}\n')
+    (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t1\n")
+    with pytest.raises(EvalDataError, match="query 'q' has no category"):
+        beir_to_parquet(folder, tmp_path / "out.parquet", categories="true")
+
+
+def test_eval_queries_cli_takes_categories(tmp_path: Path) -> None:
+    out = tmp_path / "wrong.parquet"
+    result = CliRunner().invoke(
+        app, ["eval-queries", str(write_beir(tmp_path / "beir")), "--out", str(out), "--categories", "wrong"]
+    )
+    assert result.exit_code == 0, result.output
+    assert load_eval_queries(out)["category"].tolist() == ["science", "news", "aeronautics"]
+    bad = CliRunner().invoke(
+        app, ["eval-queries", str(tmp_path / "beir"), "--out", str(out), "--categories", "x"]
+    )
+    assert bad.exit_code == 2
 
 
 # --- metrics ----------------------------------------------------------------------------------
@@ -279,6 +342,69 @@ def test_eval_cli_with_compare_and_sweep(store_path: Path, tmp_path: Path) -> No
     assert (out / "comparison.md").read_text().count("| dense |") >= 1
     assert (out / "sweep.png").stat().st_size > 0
     assert json.loads((out / "metrics.json").read_text())["overall"]["queries"] == 4
+
+
+PINNED = [  # (id, query, relevant doc, true category)
+    ("p-refund", "can I get a refund for downloaded digital goods?", "refunds", "payments"),
+    ("p-kafka", "consumer lag is growing on the brokers", "kafka-runbook", "infrastructure"),
+    ("p-keys", "how often must API keys be rotated", "api-keys", "security"),
+]
+WRONG = {"payments": "security", "infrastructure": "payments", "security": "infrastructure"}
+
+
+def write_pinned(path: Path, wrong: bool) -> Path:
+    pins = [WRONG[c] if wrong else c for *_, c in PINNED]
+    table = pa.table(
+        {
+            "query_id": [r[0] for r in PINNED],
+            "query": [r[1] for r in PINNED],
+            "relevant": pa.array([[r[2]] for r in PINNED], type=pa.list_(pa.string())),
+            "category": pa.array(pins, type=pa.string()),
+            "true_category": pa.array([r[3] for r in PINNED], type=pa.string()),
+        }
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def test_filter_headline_of_wrong_and_right_pins(tool: KnowledgeTool, tmp_path: Path) -> None:
+    for wrong in (True, False):
+        queries = load_eval_queries(write_pinned(tmp_path / f"{wrong}.parquet", wrong))
+        qrels = relevance(queries)
+        run = evaluate(tool, queries, qrels)
+        headline = filter_headline(tool, queries, qrels, run)
+        assert set(headline) == {"wrong_filter" if wrong else "right_filter"}
+        measured = headline["wrong_filter" if wrong else "right_filter"]
+        assert measured["queries"] == 3
+        assert measured["unfiltered_ndcg@10"] == pytest.approx(1.0)
+        assert measured["ndcg@10"] == pytest.approx(1.0)  # the fallback undid every wrong pin
+        if wrong:
+            assert measured["share_of_unfiltered_kept"] == pytest.approx(1.0)
+            assert run.metrics["overall"]["fallback_rate_by_reason"] == {"filtered_vector_low_quality": 1.0}
+        else:  # a right filter cannot beat a perfect unfiltered ranking: no gain to share
+            assert measured["pure_filter_ndcg@10"] == pytest.approx(1.0)
+            assert measured["share_of_filter_gain_kept"] is None
+
+
+def test_filter_headline_needs_true_categories(tool: KnowledgeTool, tmp_path: Path) -> None:
+    queries = load_eval_queries(write_queries(tmp_path / "q.parquet"))
+    assert filter_headline(tool, queries, relevance(queries), evaluate(tool, queries)) is None
+
+
+def test_eval_cli_reports_the_filter_headline(store_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    queries = write_pinned(tmp_path / "wrong.parquet", wrong=True)
+    result = CliRunner().invoke(
+        app, ["eval", str(queries), "--out", str(out), "--set", f"store.path={store_path}"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "keeps 100.0% of the unfiltered nDCG@10" in " ".join(result.output.split())
+    report = (out / "report.md").read_text()
+    assert (
+        "**Wrong category pinned (3 queries): the fallback keeps 100.0% of the unfiltered nDCG@10**" in report
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["filter_headline"]["wrong_filter"]["share_of_unfiltered_kept"] == pytest.approx(1.0)
 
 
 def test_eval_cli_rejects_a_bad_file_cleanly(tmp_path: Path) -> None:

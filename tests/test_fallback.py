@@ -1,4 +1,5 @@
-"""L0 hints -> category filter -> filtered L1 search -> unfiltered fallback (SPEC sections 3-4)."""
+"""L0 hints -> category filter -> filtered L1 search and its unfiltered companion -> fallback decision
+(SPEC sections 3-4), on the real Qdrant Edge store; the decision's branches also on qdrant-client."""
 
 from __future__ import annotations
 
@@ -16,15 +17,19 @@ from dataflow_fixtures import (
     FaultySearchPort,
     SampleKB,
     as_json,
+    config_for,
     make_tool,
     sample_kb,  # noqa: F401 - fixture
 )
 from lookup_knowledge.adapters.l0_index import L0Document, L0Hints, L0Index
+from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.dataflows.query_understanding import category_filter
 
+from lookup_knowledge import ingest, sample_knowledge_base
 from lookup_knowledge.contract import LookupResult
 
 GHOST_QUERY = "what does the ghost protocol say about archived tickets?"
+WRONG_CATEGORY = "infrastructure"  # has documents, none about refunds
 
 
 def ghost_index(kb: SampleKB) -> L0Index:
@@ -43,14 +48,19 @@ class Scenario:
 
 
 SCENARIOS = {
-    "filtered_success": Scenario(REFUND_QUERY, {}, {}),
-    "filtered_success_chinese": Scenario(FAPIAO_QUERY, {}, {}),
+    "filter_wins": Scenario(REFUND_QUERY, {}, {}),
+    "filter_wins_chinese": Scenario(FAPIAO_QUERY, {}, {}),
+    "filter_loses": Scenario(REFUND_QUERY, {}, {}, WRONG_CATEGORY),
     "several_domains_no_filter": Scenario(PCI_QUERY, {}, {}),
     "no_hints_no_filter": Scenario(PARCEL_QUERY, {}, {}),
     "pinned_category_without_documents": Scenario(REFUND_QUERY, {}, {}, "no-such-category"),
     "l0_domain_without_documents": Scenario(GHOST_QUERY, {}, {}, ghost_l0=True),
-    "low_quality": Scenario(REFUND_QUERY, {"retrieval__reference_threshold": 0.99}, {}),
     "filtered_error": Scenario(REFUND_QUERY, {}, {"fail_filtered": True}),
+    "unfiltered_companion_error": Scenario(REFUND_QUERY, {}, {"fail_unfiltered": True}, WRONG_CATEGORY),
+    "fallback_off_wrong_filter": Scenario(REFUND_QUERY, {"retrieval__fallback": False}, {}, WRONG_CATEGORY),
+    "threshold_rule_low_quality": Scenario(
+        REFUND_QUERY, {"retrieval__fallback_rule": "threshold", "retrieval__reference_threshold": 0.99}, {}
+    ),
     "nothing_usable": Scenario(REFUND_QUERY, {"retrieval__min_evidence_score": 0.99}, {}),
     "filtered_error_then_nothing_usable": Scenario(
         REFUND_QUERY, {"retrieval__min_evidence_score": 0.99}, {"fail_filtered": True}
@@ -103,7 +113,7 @@ def run(sample_kb: SampleKB, embedder):  # noqa: F811 - fixture
 
 
 def test_one_l0_domain_sends_a_filtered_request(run):
-    r = run("filtered_success")
+    r = run("filter_wins")
     assert r.trace["l0Hints"]["domains"] == ["payments"]
     assert r.trace["categoryFilter"] == "payments"
     assert r.attempts[0]["kind"] == "filtered"
@@ -113,7 +123,7 @@ def test_one_l0_domain_sends_a_filtered_request(run):
 
 
 def test_one_l0_domain_from_a_chinese_query_sends_a_filtered_request(run):
-    r = run("filtered_success_chinese")
+    r = run("filter_wins_chinese")
     assert r.trace["categoryFilter"] == "customer-support"
     assert r.port.calls[0].request.category == "customer-support"
     assert r.json["evidenceBlocks"][0]["docId"] == "support-fapiao-requests-zh"
@@ -160,9 +170,9 @@ def test_unfiltered_search_needs_no_fallback(run):
 
 
 def test_l0_matching_exactly_one_document_still_runs_l1(run):
-    r = run("filtered_success")
+    r = run("filter_wins")
     assert r.trace["l0Hints"]["matchedDocIds"] == [REFUND_DOC]
-    assert len(r.port.calls) == 1 and r.port.calls[0].hits  # a real vector search ran
+    assert r.port.calls[0].request.category == "payments" and r.port.calls[0].hits  # a real search ran
     returned = r.port.returned_hits()
     blocks = r.json["evidenceBlocks"]
     assert blocks
@@ -190,39 +200,73 @@ def test_l1_disabled_returns_not_found_with_hints_only_in_trace(run):
 # -- the fallback decision ----------------------------------------------------------------------
 
 
-def test_filtered_success_runs_exactly_one_attempt(run):
-    r = run("filtered_success")
-    assert len(r.attempts) == 1
-    assert len(r.port.calls) == 1
+def decision(r: Run) -> dict[str, Any]:
+    return r.trace["fallbackDecision"]
+
+
+def test_filter_and_unfiltered_companion_go_out_as_one_batch(run):
+    r = run("filter_wins")
+    assert [[q.category for q in trip] for trip in r.port.round_trips] == [["payments", None]]
+    assert [(a["kind"], a["filter"]) for a in r.attempts] == [("filtered", "payments"), ("unfiltered", None)]
+    first, second = r.port.calls
+    assert first.request.query_vector is second.request.query_vector  # one embedding, two searches
+
+
+def test_filter_wins_keeps_the_filtered_hits(run):
+    r = run("filter_wins")
+    d = decision(r)
+    assert (d["rule"], d["fired"], d["used"]) == ("relative", "filter_holds_up", "filtered")
     assert r.trace["fallbackReason"] is None
-    assert r.attempts[0]["topNormalizedScore"] >= r.trace["referenceThreshold"]
-    assert r.json["found"] is True
-    reasons = [reason for b in r.json["evidenceBlocks"] for reason in b["hitReasons"]]
-    assert "vector:unfiltered" not in reasons
+    assert d["scoreRatio"] >= d["settings"]["scoreRatio"]
+    assert d["filteredTop"] == r.attempts[0]["topNormalizedScore"]
+    assert d["unfilteredTop"] == r.attempts[1]["topNormalizedScore"]
+    assert d["scoreRatio"] == pytest.approx(d["filteredTop"] / d["unfilteredTop"])
+    assert [a["used"] for a in r.attempts] == [True, False]
+    blocks = r.json["evidenceBlocks"]
+    assert blocks and all(b["hitReasons"][0] == "vector:filtered" for b in blocks)
+    assert {b["evidenceKey"] for b in blocks} <= set(r.attempts[0]["hitKeys"])
+    assert all(b["category"] == "payments" for b in blocks)
 
 
-def test_top_score_exactly_at_threshold_counts_as_success(run, sample_kb, embedder):  # noqa: F811
-    top = run("filtered_success").result.retrieval_trace.attempts[0].top_normalized_score
-    at = make_tool(sample_kb, embedder, retrieval__reference_threshold=top).lookup(REFUND_QUERY)
-    assert [a.kind for a in at.retrieval_trace.attempts] == ["filtered"]
-    assert at.retrieval_trace.fallback_reason is None
-    above = make_tool(sample_kb, embedder, retrieval__reference_threshold=math.nextafter(top, 1.0)).lookup(
-        REFUND_QUERY
+def test_filter_loses_uses_the_unfiltered_hits_without_a_third_search(run):
+    r = run("filter_loses")
+    d = decision(r)
+    assert (d["fired"], d["used"]) == ("filter_lost", "unfiltered")
+    assert r.trace["fallbackReason"] == "filtered_vector_low_quality"
+    assert d["scoreRatio"] < d["settings"]["scoreRatio"]
+    assert d["filteredTop"] < d["unfilteredTop"]
+    assert [a["used"] for a in r.attempts] == [False, True]
+    assert len(r.port.round_trips) == 1 and len(r.port.calls) == 2  # the retry reused the batch
+    blocks = r.json["evidenceBlocks"]
+    assert blocks and all(b["hitReasons"][0] == "vector:unfiltered" for b in blocks)
+    assert {b["evidenceKey"] for b in blocks} <= set(r.attempts[1]["hitKeys"])
+    assert blocks[0]["docId"] == REFUND_DOC  # the wrong filter cost nothing
+
+
+def test_score_ratio_exactly_at_the_setting_counts_as_a_win(run, sample_kb, embedder):  # noqa: F811
+    ratio = run("filter_loses").result.retrieval_trace.fallback_decision.score_ratio
+    at = make_tool(sample_kb, embedder, retrieval__fallback_score_ratio=ratio)
+    kept = at.lookup(REFUND_QUERY, pinned_category=WRONG_CATEGORY).retrieval_trace
+    assert (kept.fallback_decision.fired, kept.fallback_reason) == ("filter_holds_up", None)
+    above = make_tool(sample_kb, embedder, retrieval__fallback_score_ratio=math.nextafter(ratio, 1.0))
+    lost = above.lookup(REFUND_QUERY, pinned_category=WRONG_CATEGORY).retrieval_trace
+    assert (lost.fallback_decision.fired, lost.fallback_reason) == (
+        "filter_lost",
+        "filtered_vector_low_quality",
     )
-    assert [a.kind for a in above.retrieval_trace.attempts] == ["filtered", "unfiltered"]
-    assert above.retrieval_trace.fallback_reason == "filtered_vector_low_quality"
 
 
 @pytest.mark.parametrize("name", ["pinned_category_without_documents", "l0_domain_without_documents"])
-def test_filtered_search_without_candidates_retries_unfiltered(run, name):
+def test_filtered_search_empty_uses_the_unfiltered_hits(run, name):
     r = run(name)
     assert r.trace["fallbackReason"] == "filtered_vector_no_evidence"
+    assert decision(r)["fired"] == "filtered_search_empty"
     first, second = r.attempts
     assert first["kind"] == "filtered" and first["filter"] is not None
-    assert first["hitCount"] == 0 and first["usableCount"] == 0
-    assert (second["kind"], second["filter"]) == ("unfiltered", None)
+    assert first["hitCount"] == 0 and first["usableCount"] == 0 and not first["used"]
+    assert (second["kind"], second["filter"], second["used"]) == ("unfiltered", None, True)
     assert second["hitCount"] > 0
-    assert [call.request.category for call in r.port.calls] == [first["filter"], None]
+    assert [[q.category for q in trip] for trip in r.port.round_trips] == [[first["filter"], None]]
     assert r.json["found"] is True
     assert all("vector:unfiltered" in b["hitReasons"] for b in r.json["evidenceBlocks"])
 
@@ -233,29 +277,60 @@ def test_l0_domain_without_documents_filters_on_that_domain(run):
     assert r.trace["categoryFilter"] == "archive"
 
 
-def test_filtered_low_quality_retries_unfiltered(run):
-    r = run("low_quality")
-    assert r.trace["fallbackReason"] == "filtered_vector_low_quality"
-    assert r.trace["referenceThreshold"] == 0.99
-    first, second = r.attempts
-    assert first["kind"] == "filtered" and first["usableCount"] > 0
-    assert first["topNormalizedScore"] < 0.99
-    assert (second["kind"], second["filter"]) == ("unfiltered", None)
-    assert [call.request.category for call in r.port.calls] == ["payments", None]
-    assert r.json["found"] is True
-
-
-def test_filtered_search_error_retries_unfiltered_with_error_in_trace(run):
+def test_filtered_search_error_uses_the_unfiltered_hits_with_error_in_trace(run):
     r = run("filtered_error")
     assert r.trace["fallbackReason"] == "filtered_vector_error"
+    assert decision(r)["fired"] == "filtered_search_failed"
     first, second = r.attempts
-    assert first["kind"] == "filtered"
+    assert first["kind"] == "filtered" and not first["used"]
     assert "simulated backend outage" in first["error"]
     assert first["hitCount"] == 0
-    assert second["kind"] == "unfiltered" and second["error"] is None
+    assert second["kind"] == "unfiltered" and second["error"] is None and second["used"]
+    # the failed batch, then the unfiltered search alone: the only case with a second round trip
+    assert [[q.category for q in trip] for trip in r.port.round_trips] == [["payments", None], [None]]
     assert r.json["found"] is True
     assert r.json["evidenceStatus"] == "evidence"
     assert all(b["hitReasons"][0] == "vector:unfiltered" for b in r.json["evidenceBlocks"])
+
+
+def test_failed_unfiltered_companion_leaves_the_filter_standing(run):
+    r = run("unfiltered_companion_error")
+    assert decision(r)["fired"] == "unfiltered_search_unusable"
+    assert r.trace["fallbackReason"] is None
+    first, second = r.attempts
+    assert first["used"] and first["error"] is None
+    assert not second["used"] and "simulated backend outage" in second["error"]
+    # the failed batch, the unfiltered search alone (fails), the filtered one alone (works)
+    trips = [[q.category for q in trip] for trip in r.port.round_trips]
+    assert trips == [[WRONG_CATEGORY, None], [None], [WRONG_CATEGORY]]
+    assert r.json["evidenceStatus"] == "evidence"
+    assert all(b["category"] == WRONG_CATEGORY for b in r.json["evidenceBlocks"])
+
+
+def test_no_filter_runs_one_search_and_decides_nothing(run):
+    r = run("no_hints_no_filter")
+    d = decision(r)
+    assert (d["fired"], d["used"]) == ("no_filter", "unfiltered")
+    assert d["unfilteredTop"] is None and d["scoreRatio"] is None
+    assert [[q.category for q in trip] for trip in r.port.round_trips] == [[None]]
+    assert [a["used"] for a in r.attempts] == [True]
+
+
+def test_fallback_off_sends_only_the_filtered_search(run):
+    r = run("fallback_off_wrong_filter")
+    assert decision(r)["fired"] == "fallback_disabled"
+    assert [[q.category for q in trip] for trip in r.port.round_trips] == [[WRONG_CATEGORY]]
+    assert r.trace["fallbackReason"] is None
+    assert all(b["category"] == WRONG_CATEGORY for b in r.json["evidenceBlocks"])
+
+
+def test_threshold_rule_reads_the_reference_threshold(run):
+    r = run("threshold_rule_low_quality")
+    d = decision(r)
+    assert (d["rule"], d["fired"], d["used"]) == ("threshold", "filtered_top_below_threshold", "unfiltered")
+    assert d["settings"] == {"referenceThreshold": 0.99}
+    assert r.trace["fallbackReason"] == "filtered_vector_low_quality"
+    assert d["filteredTop"] < 0.99
 
 
 def test_both_attempts_without_usable_evidence_is_no_evidence(run):
@@ -295,6 +370,52 @@ def test_every_search_raising_is_retrieval_failed(run, name, kinds):
     assert "failed" in r.json["message"].lower()
 
 
+# -- the same decision on the qdrant-client adapter ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client_store(embedder, tmp_path_factory):
+    """The sample knowledge base in a qdrant-client store (local in-memory mode)."""
+    store = QdrantClientStore("knowledge", embedder.dimension, location=":memory:")
+    path = tmp_path_factory.mktemp("client-kb")
+    ingest(sample_knowledge_base(), config_for(path), embedder=embedder, store=store)
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("pinned", "port", "fired", "reason"),
+    [
+        (None, {}, "filter_holds_up", None),
+        (WRONG_CATEGORY, {}, "filter_lost", "filtered_vector_low_quality"),
+        ("no-such-category", {}, "filtered_search_empty", "filtered_vector_no_evidence"),
+        (None, {"fail_filtered": True}, "filtered_search_failed", "filtered_vector_error"),
+    ],
+)
+def test_decision_branches_on_the_qdrant_client_store(
+    sample_kb,  # noqa: F811 - fixture
+    embedder,
+    client_store,
+    pinned,
+    port,
+    fired,
+    reason,
+):
+    faulty = FaultySearchPort(client_store, **port)
+    result = make_tool(sample_kb, embedder, search_port=faulty).lookup(REFUND_QUERY, pinned_category=pinned)
+    trace = result.retrieval_trace
+    assert (trace.fallback_decision.fired, trace.fallback_reason) == (fired, reason)
+    assert len(faulty.round_trips[0]) == 2  # filtered + unfiltered in one batch
+    assert result.found and result.evidence_blocks[0].doc_id == REFUND_DOC
+
+
+def test_no_filter_on_the_qdrant_client_store(sample_kb, embedder, client_store):  # noqa: F811
+    faulty = FaultySearchPort(client_store)
+    trace = make_tool(sample_kb, embedder, search_port=faulty).lookup(PARCEL_QUERY).retrieval_trace
+    assert trace.fallback_decision.fired == "no_filter"
+    assert [[q.category for q in trip] for trip in faulty.round_trips] == [[None]]
+
+
 # -- invariants over every branch ---------------------------------------------------------------
 
 
@@ -312,14 +433,17 @@ def test_l0_documents_are_never_evidence_blocks(run, name):
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_retry_happens_at_most_once(run, name):
+def test_never_more_than_two_searches_and_one_set_of_hits_used(run, name):
     r = run(name)
-    assert len(r.port.calls) <= 2
-    assert len(r.attempts) == len(r.port.calls)
-    if len(r.port.calls) == 2:
-        assert r.trace["fallbackReason"] is not None
-        assert [a["kind"] for a in r.attempts] == ["filtered", "unfiltered"]
+    assert len(r.attempts) <= 2
+    if not any(a["error"] for a in r.attempts):  # only a failed batch is searched again, alone
+        assert len(r.port.round_trips) == min(1, len(r.attempts)) and len(r.port.calls) == len(r.attempts)
+    assert sum(a["used"] for a in r.attempts) == (1 if r.attempts else 0)
+    reason = r.trace["fallbackReason"]
+    if reason is not None:
+        assert [(a["kind"], a["used"]) for a in r.attempts] == [("filtered", False), ("unfiltered", True)]
         assert r.port.calls[1].request.category is None
         assert r.port.calls[1].request.query_text == r.port.calls[0].request.query_text
-    else:
-        assert r.trace["fallbackReason"] is None
+    used = {a["kind"] for a in r.attempts if a["used"]}
+    for block in r.json["evidenceBlocks"]:
+        assert block["hitReasons"][0].removeprefix("vector:") in used

@@ -68,6 +68,7 @@ TRACE_FIELDS = {
     "categoryFilter",
     "attempts",
     "fallbackReason",
+    "fallbackDecision",
     "referenceThreshold",
     "minEvidenceScore",
     "retrieveK",
@@ -77,7 +78,12 @@ TRACE_FIELDS = {
     "executedNodes",
 }
 HINT_FIELDS = {"matchedTitles", "matchedKeywords", "domains", "entities"}
-ATTEMPT_FIELDS = {"kind", "filter", "width", "hitCount", "topNormalizedScore", "usableCount", "error"}
+ATTEMPT_FIELDS = {
+    "kind", "filter", "width", "hitCount", "topNormalizedScore", "usableCount", "error", "used", "hitKeys",
+}  # fmt: skip
+DECISION_FIELDS = {
+    "rule", "fired", "used", "filteredTop", "unfilteredTop", "scoreRatio", "overlap", "settings",
+}  # fmt: skip
 RERANK_ENTRY_FIELDS = {"rank", "evidenceKey", "source", "baseScore", "finalScore", "boosts"}
 DAG_NODES = [
     "l0_hints",
@@ -151,6 +157,7 @@ def test_retrieval_trace_has_every_field(results):
     assert set(trace) >= TRACE_FIELDS
     assert set(trace["l0Hints"]) >= HINT_FIELDS
     assert trace["attempts"] and all(set(a) == ATTEMPT_FIELDS for a in trace["attempts"])
+    assert set(trace["fallbackDecision"]) == DECISION_FIELDS
     assert (trace["retrieveK"], trace["returnN"], trace["maxChunksPerDocument"]) == (20, 5, 2)
     defaults = load_config().retrieval
     assert (trace["referenceThreshold"], trace["minEvidenceScore"]) == (
@@ -421,7 +428,7 @@ def test_trace_reports_the_evidence_floor_and_the_cuts(results):
     trace = results["found"]["retrievalTrace"]
     assert trace["relativeEvidenceFloor"] == 0.5
     cuts = trace["evidenceCuts"]
-    (attempt,) = trace["attempts"]
+    (attempt,) = [a for a in trace["attempts"] if a["used"]]  # candidates come from the used search
     returned = len(results["found"]["evidenceBlocks"])
     cut = cuts["returnN"] + cuts["documentCap"] + cuts["belowEvidenceFloor"]
     assert returned + cut == attempt["usableCount"]  # every usable hit is returned or cut for a reason

@@ -1,0 +1,97 @@
+"""Benchmark corpora from ../shared/data: cached embeddings, cached stores, and a multi-domain mix.
+
+``CachedEmbedder`` keeps every embedded text's vector under ``benchmarks/.cache/embeddings``, so
+a corpus embedded once (for one store) is never embedded again for another store or a mix.
+``classic_scifact_mix`` writes a five-domain BEIR folder: classic-dev's four collections plus
+SciFact as the domain ``science`` (its 300 test claims; the abstracts they judge plus a seeded
+sample of the others, 1,500 in all, a domain as large as classic-dev's largest), a realistic
+neighbour of ``medicine``: both are biomedical abstracts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from lookup_knowledge.adapters.embedder import Embedder, SentenceTransformerEmbedder
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SCIFACT_CATEGORY = "science"
+SCIFACT_DOCUMENTS = 1500
+
+
+class CachedEmbedder(Embedder):
+    """An embedder whose document vectors persist on disk, keyed by model and text."""
+
+    def __init__(self, inner: SentenceTransformerEmbedder, folder: Path) -> None:
+        self.inner = inner
+        self.model_name = inner.model_name
+        self.folder = folder / hashlib.sha256(inner.model_name.encode()).hexdigest()[:12]
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._vectors: dict[str, np.ndarray] = {}
+        for part in sorted(self.folder.glob("part-*.npz")):
+            with np.load(part) as saved:
+                self._vectors.update(zip(saved["keys"].tolist(), saved["vectors"], strict=True))
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        keys = [_key(text) for text in texts]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._vectors))
+        if missing:
+            text_of = dict(zip(keys, texts, strict=True))
+            vectors = self.inner.embed_documents([text_of[k] for k in missing])
+            self._vectors.update(zip(missing, vectors, strict=True))
+            part = self.folder / f"part-{len(list(self.folder.glob('part-*.npz'))):05d}.npz"
+            np.savez(part, keys=np.array(missing), vectors=vectors)
+        if not keys:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.stack([self._vectors[k] for k in keys])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed_queries(texts)
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def classic_scifact_mix(cache: Path) -> Path:
+    """classic-dev + SciFact (category ``science``) as one BEIR folder under ``cache``."""
+    folder = cache / "mix-classic-scifact"
+    if (folder / "qrels.tsv").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    classic, scifact = DATA / "classic-dev", DATA / "scifact"
+    qrels = [line.split("\t") for line in (scifact / "qrels.tsv").read_text().splitlines()[1:]]
+    judged = {row[0] for row in qrels}
+    abstracts = [json.loads(line) for line in (scifact / "corpus.jsonl").read_text().splitlines()]
+    relevant = {row[1] for row in qrels}
+    others = [record["_id"] for record in abstracts if record["_id"] not in relevant]
+    kept = relevant | set(random.Random(0).sample(others, SCIFACT_DOCUMENTS - len(relevant)))
+    with (folder / "corpus.jsonl").open("w", encoding="utf-8") as out:
+        out.write((classic / "corpus.jsonl").read_text(encoding="utf-8").rstrip("\n") + "\n")
+        for record in abstracts:
+            if record["_id"] in kept:
+                record = {**record, "category": SCIFACT_CATEGORY, "source": "scifact"}
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    with (folder / "queries.jsonl").open("w", encoding="utf-8") as out:
+        out.write((classic / "queries.jsonl").read_text(encoding="utf-8").rstrip("\n") + "\n")
+        for line in (scifact / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if record["_id"] in judged:
+                record = {**record, "_id": f"sci-{record['_id']}", "category": SCIFACT_CATEGORY}
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    rows = (classic / "qrels.tsv").read_text().splitlines()
+    rows += [f"sci-{row}" for row in (scifact / "qrels.tsv").read_text().splitlines()[1:]]
+    (folder / "qrels.tsv").write_text("\n".join(rows) + "\n")
+    return folder

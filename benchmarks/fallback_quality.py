@@ -1,0 +1,252 @@
+"""The category filter's fallback on multi-domain data: wrong and right filters, both fallback rules.
+
+    python benchmarks/fallback_quality.py [--cache benchmarks/.cache] [--doc docs/quality.md]
+
+For classic-dev and a five-domain mix (classic-dev + SciFact as ``science``, built by
+``benchmarks/corpora.py``) it pins each query's true category, a deliberately wrong one (the
+``eval-queries --categories wrong`` choice) and every wrong one in turn, and reports the eval
+filter headline for the relative rule (default) and the old fixed threshold: the share of the
+unfiltered nDCG@10 kept under a wrong filter, and the share of the pure filter's gain kept under
+a right one (nDCG@10 at depth 10: ``return_n`` 10). The result replaces the "Fallback decision"
+section of docs/quality.md and goes to benchmarks/results/fallback_quality.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpora import DATA, CachedEmbedder, classic_scifact_mix  # noqa: E402
+
+from lookup_knowledge import KnowledgeTool, ingest, load_config  # noqa: E402
+from lookup_knowledge.eval_data import beir_to_parquet, load_eval_queries, load_qrels, relevance  # noqa: E402
+from lookup_knowledge.evaluation import (  # noqa: E402
+    FilterReferences,
+    evaluate,
+    filter_headline,
+    filter_references,
+)
+from lookup_knowledge.stores import build_embedder  # noqa: E402
+
+SECTION = "## Fallback decision: wrong and right category filters"
+DEPTH = {"retrieval.return_n": 10}  # nDCG@10 over 10 returned blocks
+RULES = {
+    "relative (default)": {},
+    "threshold 0.45 (old)": {"retrieval.fallback_rule": "threshold", "retrieval.reference_threshold": 0.45},
+}
+console = Console()
+DESIGN = [
+    "### How the decision works, and why",
+    "",
+    "With a category filter (and `retrieval.fallback` on), the filtered search and the same query "
+    "unfiltered go to the store as one `search_batch` request: one embedding, two searches in one "
+    "round trip, never a third. The decision then compares the two lists of the same query, in "
+    "this order (the trace's `fallbackDecision.fired` names the branch, `used` whose hits became "
+    "the candidates, and each attempt says `used` and lists its `hitKeys`):",
+    "",
+    "1. the filtered search raised: unfiltered hits, `filtered_vector_error` (a failed batch is "
+    "retried alone, unfiltered first, to find the failing request);",
+    "2. the filtered search has no usable hit: unfiltered hits, `filtered_vector_no_evidence`;",
+    "3. the unfiltered companion raised or found nothing: the filtered hits stand;",
+    "4. the filter holds up when its top normalized score is at least `fallback_score_ratio` "
+    "(0.75) times the unfiltered top: filtered hits; else unfiltered hits, "
+    "`filtered_vector_low_quality`.",
+    "",
+    "Why a ratio of the two top scores: a right filter removes off-domain distractors but keeps "
+    "the query's best in-domain matches, so its top score stays close to the unfiltered top (often "
+    "equal: the unfiltered best hit is in the category). A wrong filter keeps only off-domain "
+    "documents, whose best score falls well below the unfiltered best. The ratio compares the "
+    "query with itself, so it does not move with the corpus, the query's wording or the model's "
+    "score range, which is what broke the fixed `reference_threshold`: on the mix the old cut of "
+    "0.45 keeps less than half of a right filter's gain, because right filters of hard queries "
+    "also score below 0.45. The trace also reports the overlap of the two lists (the share of "
+    "unfiltered hits the filter kept) to explain a decision; the rule does not read it: on these "
+    "sets overlap rules either dropped the gain of right filters whose distractors fill the top "
+    "(classic-dev keeps 49% at best) or kept neighbour-domain wrong filters.",
+    "",
+    "Tuning (only on ../shared/data): the per-query filtered and unfiltered top-20 lists of both "
+    "sets were searched once and the rule families replayed offline (fixed threshold, top-score "
+    "ratio, mean-of-top-m ratio, top-k overlap, and their and/or combinations). On the mix, a "
+    "ratio between 0.70 and 0.78 meets both targets (wrong filter >= 98% with the `wrong` pin, "
+    "right filter >= 80% of the gain); 0.75 sits in the middle. classic-dev is met by every ratio "
+    "from 0.7 to 0.97: its four domains barely overlap, so its pure-filter gain is tiny (+0.003 "
+    "nDCG@10) and its gain share rests on a handful of queries. The mix's gain also rests on few "
+    "queries (two claims whose relevant abstract the unfiltered search ranks below 10 account for "
+    "a fifth of it): read the gain shares as coarse.",
+    "",
+    "Not met: pinning *every* wrong category in turn keeps 95.9% on the mix. The misses are "
+    "neighbour domains: SciFact claims pinned to `medicine`, where a Medline abstract is the "
+    "unfiltered best hit or scores within the ratio of it, so the two lists look exactly like a "
+    "right filter's. No rule on these two lists separates them (a ratio strict enough for that "
+    "loses the right filters' gain); the old threshold does worse there (95.2%).",
+    "",
+    "Dense, sparse, hybrid: the rule reads only the `normalized_score` the store adapter reports "
+    "for each hit, and needs one property of it: the filtered and the unfiltered search of one "
+    "query are scored on the same scale. Cosine similarity and BM25 (collection-wide IDF) have it. "
+    "A hybrid adapter must report a fused score with it too: reciprocal-rank fusion scores each "
+    "list by rank, so both tops would score alike; report the dense or a collection-normalized "
+    "score for the decision instead. `fallback_rule: threshold` keeps the old fixed cut for "
+    "comparison (the unfiltered search still rides in the same batch).",
+    "",
+]
+
+
+def pinned_queries(folder: Path, categories: str) -> pd.DataFrame:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "queries.parquet"
+        beir_to_parquet(folder, path, categories=categories)
+        return load_eval_queries(path)
+
+
+def every_wrong(true_pins: pd.DataFrame, categories: list[str]) -> pd.DataFrame:
+    """Each query once per category that is not its own (query ids suffixed with the pin)."""
+    rows = [
+        {**row, "query_id": f"{row['query_id']}|{category}", "category": category}
+        for row in true_pins.to_dict("records")
+        for category in categories
+        if category != row["true_category"]
+    ]
+    return pd.DataFrame(rows)
+
+
+def suffixed_qrels(qrels: dict, queries: pd.DataFrame) -> dict:
+    return {qid: qrels[qid.split("|")[0]] for qid in queries["query_id"]}
+
+
+def measure(name: str, folder: Path, store: Path, embedder: CachedEmbedder) -> dict[str, Any]:
+    base = {"store.path": str(store), **DEPTH}
+    console.print(f"ingesting {name} into {store} (cached) ...")
+    ingest(folder, load_config(overrides=base), embedder=embedder)
+    true_pins = pinned_queries(folder, "true")
+    wrong_pins = pinned_queries(folder, "wrong")
+    qrels = relevance(true_pins, load_qrels(folder / "qrels.tsv"))
+    categories = sorted(set(true_pins["true_category"]))
+    all_wrong = every_wrong(true_pins, categories)
+    all_qrels = suffixed_qrels(qrels, all_wrong)
+    results: dict[str, Any] = {"queries": len(true_pins), "categories": categories, "rules": {}}
+    with KnowledgeTool(load_config(overrides=base), embedder=embedder) as tool:
+        references = filter_references(tool, true_pins, qrels)  # the same for every rule
+        expanded = FilterReferences(  # keyed like the every-wrong query ids
+            unfiltered=references.unfiltered.reindex(
+                [q.split("|")[0] for q in all_wrong["query_id"]]
+            ).set_axis(all_wrong["query_id"]),
+            pure_filter=references.pure_filter,
+        )
+        for rule, overrides in RULES.items():
+            config = load_config(overrides={**base, **overrides})
+            variant = KnowledgeTool(
+                config, search_port=tool.search_port, embedder=embedder, l0_index=tool.l0_index
+            )
+            row: dict[str, Any] = {}
+            for label, queries, judged, refs in (
+                ("right", true_pins, qrels, references),
+                ("wrong", wrong_pins, qrels, references),
+                ("every_wrong", all_wrong, all_qrels, expanded),
+            ):
+                run = evaluate(variant, queries, judged)
+                headline = filter_headline(variant, queries, judged, run, refs) or {}
+                row[label] = headline["right_filter" if label == "right" else "wrong_filter"]
+                row[label]["fallback_rate"] = run.metrics["overall"]["fallback_rate"]
+            results["rules"][rule] = row
+            console.print(f"  {rule}: {summary(row)}")
+    return results
+
+
+def summary(row: dict[str, Any]) -> str:
+    return (
+        f"wrong {row['wrong']['share_of_unfiltered_kept']:.1%}, every wrong "
+        f"{row['every_wrong']['share_of_unfiltered_kept']:.1%}, right gain kept "
+        f"{_share(row['right']['share_of_filter_gain_kept'])}"
+    )
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def markdown(results: dict[str, Any], score_ratio: float) -> str:
+    lines = [
+        SECTION,
+        "",
+        "Measured by `python benchmarks/fallback_quality.py` (nDCG@10 at depth 10: `return_n` 10; "
+        "every query pinned to a category, once its own, once a deliberately wrong one as "
+        "`eval-queries --categories wrong` picks it, and once each of the other categories).",
+        "",
+    ]
+    for corpus, r in results["corpora"].items():
+        right = next(iter(r["rules"].values()))["right"]
+        lines += [
+            f"### {corpus} ({r['queries']} judged queries, {len(r['categories'])} domains)",
+            "",
+            f"Unfiltered nDCG@10 {right['unfiltered_ndcg@10']:.4f}; the pure filter (true category, "
+            f"no fallback) {right['pure_filter_ndcg@10']:.4f}.",
+            "",
+            "| rule | wrong filter: share of unfiltered nDCG@10 kept | every wrong category | "
+            "right filter: share of the pure filter's gain kept | fallback rate (wrong / right) |",
+            "|---|---|---|---|---|",
+        ]
+        for rule, row in r["rules"].items():
+            lines.append(
+                f"| {rule} | {_share(row['wrong']['share_of_unfiltered_kept'])} "
+                f"({row['wrong']['ndcg@10']:.4f}) | {_share(row['every_wrong']['share_of_unfiltered_kept'])} "
+                f"| {_share(row['right']['share_of_filter_gain_kept'])} ({row['right']['ndcg@10']:.4f}) "
+                f"| {row['wrong']['fallback_rate']:.3f} / {row['right']['fallback_rate']:.3f} |"
+            )
+        lines.append("")
+    lines += [f"Relative rule in force: `fallback_score_ratio` {score_ratio}.", "", *DESIGN]
+    return "\n".join(lines)
+
+
+def replace_section(doc: Path, section: str) -> None:
+    """Write ``section`` in place of the doc's fallback section (appended when missing)."""
+    text = doc.read_text(encoding="utf-8") if doc.is_file() else "# Retrieval quality\n"
+    head, _, rest = text.partition(SECTION)
+    tail = rest[rest.find("\n## ") + 1 :] if "\n## " in rest else ""
+    doc.write_text(head.rstrip("\n") + "\n\n" + section + ("\n" + tail if tail else ""), encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--cache", type=Path, default=Path("benchmarks/.cache"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/fallback_quality.json"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/quality.md"))
+    parser.add_argument("--from-json", action="store_true", help="rewrite the doc section from --out")
+    args = parser.parse_args()
+    if args.from_json:
+        results = json.loads(args.out.read_text())
+        replace_section(args.doc, markdown(results, load_config().retrieval.fallback_score_ratio))
+        return 0
+    if not DATA.is_dir():
+        print(f"skipped: {DATA} not found (benchmark data lives in ../shared/data)")
+        return 0
+    started = time.perf_counter()
+    embedder = CachedEmbedder(build_embedder(load_config()), args.cache / "embeddings")
+    corpora = {
+        "classic-dev": (DATA / "classic-dev", args.cache / "classic-dev"),
+        "classic-dev + SciFact (science)": (
+            classic_scifact_mix(args.cache),
+            args.cache / "mix-classic-scifact-store",
+        ),
+    }
+    results: dict[str, Any] = {
+        "corpora": {name: measure(name, folder, store, embedder) for name, (folder, store) in corpora.items()}
+    }
+    results["seconds"] = time.perf_counter() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    replace_section(args.doc, markdown(results, load_config().retrieval.fallback_score_ratio))
+    console.print(f"wrote {args.out} and the fallback section of {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
