@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
 from lookup_knowledge.adapters.embedder import Embedder, SentenceTransformerEmbedder
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -41,7 +41,6 @@ def query_texts(limit: int) -> list[str]:
 
 def chunk_texts(limit: int) -> list[str]:
     from lookup_knowledge.adapters.corpus import read_corpus
-
     from lookup_knowledge.chunking import chunk_document
     from lookup_knowledge.config import load_config
 

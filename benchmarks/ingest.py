@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lookup_knowledge.adapters.corpus import JSONL_CORPUS_NAME, MARKDOWN_SUFFIXES, read_corpus
 from rich.console import Console
 from rich.table import Table
 
 from lookup_knowledge import ingest, load_config
+from lookup_knowledge.adapters.corpus import JSONL_CORPUS_NAME, MARKDOWN_SUFFIXES, read_corpus
 from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.config import Config
 from lookup_knowledge.stores import build_embedder

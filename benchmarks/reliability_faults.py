@@ -24,6 +24,9 @@ import threading
 import time
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.recorder import (
     CircuitBreaker,
@@ -31,9 +34,6 @@ from lookup_knowledge.adapters.recorder import (
     InvocationRecorder,
     RecorderUnavailableError,
 )
-from typer.testing import CliRunner
-
-from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.cli import app
 
 CLI = Path(sys.executable).with_name("lookup-knowledge")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from hamilton.function_modifiers import config
+
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Hints, L0Index
 

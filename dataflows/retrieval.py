@@ -13,8 +13,8 @@ from typing import Literal
 
 import numpy as np
 from hamilton.function_modifiers import config
-from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 
+from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.contract import DecisionRule, FallbackReason, FallbackRule
 
 AttemptKind = Literal["filtered", "unfiltered"]

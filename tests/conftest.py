@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 import yaml
-from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
-from lookup_knowledge.adapters.exported_encoder import CACHE_ENV
 
 from lookup_knowledge import ingest, sample_knowledge_base
+from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge.adapters.exported_encoder import CACHE_ENV
 from lookup_knowledge.config import Config, load_config
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.corpus import SourceDocument, read_corpus
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-
-from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.config import Config
 from lookup_knowledge.stores import l0_index_path, open_store
 from lookup_knowledge.tool import KnowledgeTool

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
-from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
 from typer.testing import CliRunner
 
 from lookup_knowledge import AgentLookup, KnowledgeTool, load_config, tool_definition
+from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
 from lookup_knowledge.agent import (
     INPUT_SCHEMA,
     TOOL_DESCRIPTION,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from lookup_knowledge.adapters.corpus import SourceDocument
 
+from lookup_knowledge.adapters.corpus import SourceDocument
 from lookup_knowledge.chunking import Chunk, chunk_document, split_by_size
 
 

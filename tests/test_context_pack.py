@@ -9,9 +9,9 @@ from dataflow_fixtures import (
     make_tool,
     sample_kb,  # noqa: F401 - fixture
 )
-from lookup_knowledge.dataflows.context import ELLIPSIS, context_pack
 
 from lookup_knowledge.contract import EvidenceBlock
+from lookup_knowledge.dataflows.context import ELLIPSIS, context_pack
 
 
 def block(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from conftest import write_markdown
-from lookup_knowledge.adapters.corpus import CorpusError, read_corpus
 
 from lookup_knowledge import sample_knowledge_base
+from lookup_knowledge.adapters.corpus import CorpusError, read_corpus
 from lookup_knowledge.config import load_config
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import SMALL_CORPUS, write_corpus
-from lookup_knowledge.adapters.embedder import Embedder
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
+from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.distributed import distributed_evaluate
 from lookup_knowledge.evaluation import evaluate
 

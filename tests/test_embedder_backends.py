@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from lookup_knowledge.adapters import embedder as embedder_module
 from lookup_knowledge.adapters import exported_encoder
 from lookup_knowledge.adapters.embedder import (

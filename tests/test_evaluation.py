@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import SMALL_CORPUS, write_corpus
-from lookup_knowledge.adapters.embedder import Embedder
 from typer.testing import CliRunner
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
+from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.batch import lookup_many
 from lookup_knowledge.cli import app
 from lookup_knowledge.compare import (

@@ -21,12 +21,12 @@ from dataflow_fixtures import (
     make_tool,
     sample_kb,  # noqa: F401 - fixture
 )
-from lookup_knowledge.adapters.l0_index import L0Document, L0Hints, L0Index
-from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
-from lookup_knowledge.dataflows.query_understanding import category_filter
 
 from lookup_knowledge import ingest, sample_knowledge_base
+from lookup_knowledge.adapters.l0_index import L0Document, L0Hints, L0Index
+from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.contract import LookupResult
+from lookup_knowledge.dataflows.query_understanding import category_filter
 
 GHOST_QUERY = "what does the ghost protocol say about archived tickets?"
 WRONG_CATEGORY = "infrastructure"  # has documents, none about refunds

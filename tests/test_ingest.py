@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 from conftest import SMALL_CORPUS, make_config, write_markdown
+from typer.testing import CliRunner
+
+from lookup_knowledge import sample_knowledge_base
 from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import SearchHit, SearchRequest
-from typer.testing import CliRunner
-
-from lookup_knowledge import sample_knowledge_base
 from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.cli import app
 from lookup_knowledge.config import Config

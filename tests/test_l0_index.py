@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from lookup_knowledge.adapters.l0_index import L0Document, L0Hints, L0Index, normalize
 
 KAFKA = L0Document(

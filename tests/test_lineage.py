@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 from hamilton.lifecycle import GraphExecutionHook, NodeExecutionHook
-from lookup_knowledge.adapters.embedder import Embedder
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from lookup_knowledge import KnowledgeTool, load_config
+from lookup_knowledge.adapters.embedder import Embedder
 
 REFUND_QUERY = "Who must approve a refund above 500 EUR?"
 

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from lookup_knowledge.adapters.recorder import InvocationRecorder
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 from test_agent_tool import KAFKA_QUERY, REFUND_QUERY
 
+from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.agent import TOOL_DESCRIPTION, TOOL_NAME
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 from conftest import SMALL_CORPUS, write_corpus
-from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
-from lookup_knowledge.adapters.recorder import SCHEMA_VERSION, InvocationRecorder
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from typer.testing import CliRunner
 
 from lookup_knowledge import AgentLookup, KnowledgeTool, ingest, load_config
+from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge.adapters.recorder import SCHEMA_VERSION, InvocationRecorder
 from lookup_knowledge.agent import invocation_db_url
 from lookup_knowledge.cli import app
 from lookup_knowledge.config import Config

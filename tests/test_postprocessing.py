@@ -14,7 +14,9 @@ from dataflow_fixtures import (
     make_tool,
     sample_kb,  # noqa: F401 - fixture
 )
+
 from lookup_knowledge.adapters.l0_index import L0Hints
+from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.dataflows.postprocessing import (
     candidates_df,
     deduped_df,
@@ -25,8 +27,6 @@ from lookup_knowledge.dataflows.postprocessing import (
     screened_df,
 )
 from lookup_knowledge.dataflows.retrieval import SearchAttempt
-
-from lookup_knowledge.config import RerankConfig
 
 NO_HINTS = L0Hints()
 

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, inspect, text
+
 from lookup_knowledge.adapters.recorder import (
     SCHEMA_VERSION,
     Invocation,
     InvocationRecorder,
     RecorderUnavailableError,
 )
-from sqlalchemy import create_engine, inspect, text
-
 from lookup_knowledge.agent import invocation_db_url
 from lookup_knowledge.config import load_config
 

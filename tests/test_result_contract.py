@@ -21,11 +21,10 @@ from dataflow_fixtures import (
     sample_kb,  # noqa: F401 - fixture
 )
 from hamilton import driver as hamilton_driver
-from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
-from lookup_knowledge.dataflows.result import completeness_hint
 
 from lookup_knowledge import ingest, load_config
+from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
 from lookup_knowledge.contract import (
     CappedChunk,
     ContextPack,
@@ -33,6 +32,7 @@ from lookup_knowledge.contract import (
     EvidenceBlock,
     EvidenceCuts,
 )
+from lookup_knowledge.dataflows.result import completeness_hint
 from lookup_knowledge.tool import KnowledgeTool
 
 TOP_LEVEL = {

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from conftest import make_config
+
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.adapters.shared_store import handover_request
-
 from lookup_knowledge.agent import AgentLookup, invocation_db_url
 from lookup_knowledge.tool import KnowledgeTool
 

@@ -21,9 +21,9 @@ import pytest
 from conftest import make_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lookup_knowledge.adapters.recorder import InvocationRecorder
 from mcp import Client
 
+from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.agent import AgentLookup, invocation_db_url
 from lookup_knowledge.mcp_server import build_server
 from lookup_knowledge.tool import KnowledgeTool

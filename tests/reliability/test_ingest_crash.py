@@ -23,8 +23,8 @@ from typing import Any
 
 import qdrant_edge as qe
 from conftest import make_config, write_markdown
-from lookup_knowledge.adapters.l0_index import L0Index
 
+from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.config import Config
 from lookup_knowledge.ingest import ingest
 from lookup_knowledge.stores import l0_index_path, open_store

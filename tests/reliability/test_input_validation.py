@@ -12,10 +12,10 @@ import anyio
 import numpy as np
 import pytest
 from conftest import make_config
-from lookup_knowledge.adapters.recorder import InvocationRecorder
 from mcp import Client
 
 from lookup_knowledge import tool as tool_module
+from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.agent import AgentLookup, invocation_db_url
 from lookup_knowledge.config import ConfigError, load_config
 from lookup_knowledge.mcp_server import build_server

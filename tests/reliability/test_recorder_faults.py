@@ -12,13 +12,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
 from lookup_knowledge.adapters.recorder import (
     CircuitBreaker,
     Invocation,
     InvocationRecorder,
     RecorderUnavailableError,
 )
-
 from lookup_knowledge.config import ConfigError, load_config
 
 TIMEOUT_S = 1.0

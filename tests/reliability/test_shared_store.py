@@ -15,9 +15,9 @@ from pathlib import Path
 
 import anyio
 from conftest import SMALL_CORPUS, make_config, write_corpus, write_markdown
-from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from mcp import Client, StdioServerParameters
 
+from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.agent import TOOL_NAME
 from lookup_knowledge.ingest import ingest
 

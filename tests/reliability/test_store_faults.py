@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from conftest import make_config
+from typer.testing import CliRunner
+
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import (
@@ -23,8 +25,6 @@ from lookup_knowledge.adapters.search import (
     StoreMissingError,
     StoreUnavailableError,
 )
-from typer.testing import CliRunner
-
 from lookup_knowledge.cli import app
 from lookup_knowledge.stores import open_store
 
