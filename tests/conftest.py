@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from dataflow_fixtures import SampleKB, ingest_sample_kb
 
 from lookup_knowledge import ingest, sample_knowledge_base
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
@@ -139,3 +140,25 @@ def sample_store(
     store = tmp_path_factory.mktemp("store")
     shutil.copytree(stash[_SAMPLE_STORE], store, dirs_exist_ok=True)
     return store
+
+
+@pytest.fixture(scope="session")
+def sample_kb(
+    tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder
+) -> Iterator[SampleKB]:
+    """The sample knowledge base ingested once per session into one Qdrant Edge store that every
+    tool built by ``make_tool`` shares as its injected search port (one handle may hold a store)."""
+    kb = ingest_sample_kb(tmp_path_factory.mktemp("sample-kb-store"), embedder)
+    yield kb
+    kb.store.close()
+
+
+MODEL_FIXTURES = {"embedder", "sample_kb", "sample_store"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that loads the real model (through a fixture) with ``model``, so
+    ``pytest -m "not model and not slow"`` is the fast inner loop."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)

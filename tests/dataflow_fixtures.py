@@ -1,20 +1,13 @@
-"""Shared fixtures and helpers for the dataflow tests (fallback, post-processing, context, contract).
-
-Import the fixtures a module uses by name (``from dataflow_fixtures import sample_kb``); pytest
-then finds them in that module. The sample knowledge base is ingested once per test session into
-one Qdrant Edge store that every tool built by :func:`make_tool` shares as its injected search
-port (only one handle may hold an Edge store, and ingesting the 30 documents is the slowest
-step of the suite).
-"""
+"""Helpers for the dataflow tests (fallback, post-processing, context, contract): the queries,
+the sample knowledge base's handle, a tool over it, hand-made hits and a fault-injecting port.
+The ``sample_kb`` fixture itself lives in ``conftest.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.corpus import SourceDocument, read_corpus
@@ -42,7 +35,6 @@ class SampleKB:
     store: Any  # the open QdrantEdgeStore
     l0_index: L0Index
     documents: dict[str, SourceDocument]  # doc_id -> document as read from the source
-    users: int = 0  # fixture definitions currently holding it
 
 
 def config_for(store_path: Path, **overrides: Any) -> Config:
@@ -52,32 +44,13 @@ def config_for(store_path: Path, **overrides: Any) -> Config:
     return load_config(overrides=values)
 
 
-_SAMPLE_KB: list[SampleKB] = []  # one ingest per session, whichever module asks first
-
-
-@pytest.fixture(scope="session")
-def sample_kb(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Iterator[SampleKB]:
-    """The sample knowledge base ingested once per session, its store held open until the end.
-
-    Every module that imports this fixture gets its own (session-scoped) copy of the fixture
-    definition, so the ingested store itself is cached here and closed by the last teardown.
-    """
-    if not _SAMPLE_KB:
-        store_path = tmp_path_factory.mktemp("sample-kb-store")
-        config = config_for(store_path)
-        ingest(sample_knowledge_base(), config, embedder=embedder)
-        store = open_store(config, embedder.dimension, create=False)
-        documents = {doc.doc_id: doc for doc in read_corpus(sample_knowledge_base()).documents}
-        _SAMPLE_KB.append(SampleKB(store_path, store, L0Index.load(l0_index_path(config)), documents))
-    kb = _SAMPLE_KB[0]
-    kb.users += 1
-    try:
-        yield kb
-    finally:
-        kb.users -= 1
-        if kb.users == 0:
-            kb.store.close()
-            _SAMPLE_KB.clear()
+def ingest_sample_kb(store_path: Path, embedder: Embedder) -> SampleKB:
+    """Ingest the sample knowledge base into ``store_path`` and hold its store open."""
+    config = config_for(store_path)
+    ingest(sample_knowledge_base(), config, embedder=embedder)
+    store = open_store(config, embedder.dimension, create=False)
+    documents = {doc.doc_id: doc for doc in read_corpus(sample_knowledge_base()).documents}
+    return SampleKB(store_path, store, L0Index.load(l0_index_path(config)), documents)
 
 
 def make_tool(

@@ -7,7 +7,6 @@ from dataflow_fixtures import (
     REFUND_QUERY,
     as_json,
     make_tool,
-    sample_kb,  # noqa: F401 - fixture
 )
 
 from lookup_knowledge.contract import EvidenceBlock
@@ -189,7 +188,7 @@ def test_items_keep_reranked_order():
     assert positions == sorted(positions)
 
 
-def test_context_pack_end_to_end_respects_the_configured_budget(sample_kb, embedder):  # noqa: F811
+def test_context_pack_end_to_end_respects_the_configured_budget(sample_kb, embedder):
     budget = 900
     result = as_json(make_tool(sample_kb, embedder, context__budget_chars=budget).lookup(REFUND_QUERY))
     pack = result["contextPack"]

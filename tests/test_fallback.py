@@ -19,7 +19,6 @@ from dataflow_fixtures import (
     as_json,
     config_for,
     make_tool,
-    sample_kb,  # noqa: F401 - fixture
 )
 
 from lookup_knowledge import ingest, sample_knowledge_base
@@ -87,7 +86,7 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(sample_kb: SampleKB, embedder):  # noqa: F811 - fixture
+def run(sample_kb: SampleKB, embedder):
     """Run a named scenario once per module (cached) through a spying/faulty search port."""
     cache: dict[str, Run] = {}
 
@@ -243,7 +242,7 @@ def test_filter_loses_uses_the_unfiltered_hits_without_a_third_search(run):
     assert blocks[0]["docId"] == REFUND_DOC  # the wrong filter cost nothing
 
 
-def test_score_ratio_exactly_at_the_setting_counts_as_a_win(run, sample_kb, embedder):  # noqa: F811
+def test_score_ratio_exactly_at_the_setting_counts_as_a_win(run, sample_kb, embedder):
     ratio = run("filter_loses").result.retrieval_trace.fallback_decision.score_ratio
     at = make_tool(sample_kb, embedder, retrieval__fallback_score_ratio=ratio)
     kept = at.lookup(REFUND_QUERY, pinned_category=WRONG_CATEGORY).retrieval_trace
@@ -393,7 +392,7 @@ def client_store(embedder, tmp_path_factory):
     ],
 )
 def test_decision_branches_on_the_qdrant_client_store(
-    sample_kb,  # noqa: F811 - fixture
+    sample_kb,
     embedder,
     client_store,
     pinned,
@@ -409,7 +408,7 @@ def test_decision_branches_on_the_qdrant_client_store(
     assert result.found and result.evidence_blocks[0].doc_id == REFUND_DOC
 
 
-def test_no_filter_on_the_qdrant_client_store(sample_kb, embedder, client_store):  # noqa: F811
+def test_no_filter_on_the_qdrant_client_store(sample_kb, embedder, client_store):
     faulty = FaultySearchPort(client_store)
     trace = make_tool(sample_kb, embedder, search_port=faulty).lookup(PARCEL_QUERY).retrieval_trace
     assert trace.fallback_decision.fired == "no_filter"

@@ -12,7 +12,6 @@ from dataflow_fixtures import (
     as_json,
     make_hit,
     make_tool,
-    sample_kb,  # noqa: F401 - fixture
 )
 
 from lookup_knowledge.adapters.l0_index import L0Hints
@@ -203,7 +202,7 @@ def test_evidence_cuts_name_capped_chunks_that_outscored_a_returned_block():
     ],
 )
 def test_retrieve_k_return_n_and_legacy_top_k_precedence(
-    sample_kb: SampleKB,  # noqa: F811 - fixture
+    sample_kb: SampleKB,
     embedder,
     overrides,
     width,
@@ -352,14 +351,14 @@ def test_evidence_blocks_follow_reranked_order():
 # -- rerank end to end --------------------------------------------------------------------------
 
 
-def test_rerank_end_to_end_is_deterministic(sample_kb, embedder):  # noqa: F811 - fixture
+def test_rerank_end_to_end_is_deterministic(sample_kb, embedder):
     tool = make_tool(sample_kb, embedder)
     first, again = (as_json(tool.lookup(REFUND_QUERY)) for _ in range(2))
     assert first["evidenceBlocks"] == again["evidenceBlocks"]
     assert first["rerankTrace"] == again["rerankTrace"]
 
 
-def test_configured_weights_change_scores_exactly_end_to_end(sample_kb, embedder):  # noqa: F811
+def test_configured_weights_change_scores_exactly_end_to_end(sample_kb, embedder):
     tool = make_tool(
         sample_kb,
         embedder,
@@ -387,7 +386,7 @@ def test_configured_weights_change_scores_exactly_end_to_end(sample_kb, embedder
     assert [b["rank"] for b in blocks] == list(range(1, len(blocks) + 1))
 
 
-def test_source_type_weight_reorders_end_to_end(sample_kb, embedder):  # noqa: F811 - fixture
+def test_source_type_weight_reorders_end_to_end(sample_kb, embedder):
     plain = as_json(make_tool(sample_kb, embedder).lookup(PARCEL_QUERY))
     boosted = as_json(
         make_tool(sample_kb, embedder, rerank__source_type={"policy": 1.0}).lookup(PARCEL_QUERY)
@@ -403,7 +402,7 @@ def test_source_type_weight_reorders_end_to_end(sample_kb, embedder):  # noqa: F
         assert ("source_type:policy" in reasons) == (doc_type(block) == "policy")
 
 
-def test_l0_hints_are_hit_reasons_of_matching_blocks_end_to_end(sample_kb, embedder):  # noqa: F811
+def test_l0_hints_are_hit_reasons_of_matching_blocks_end_to_end(sample_kb, embedder):
     result = as_json(make_tool(sample_kb, embedder).lookup(REFUND_QUERY))
     assert "refund" in result["retrievalTrace"]["l0Hints"]["matchedKeywords"]
     with_keyword = 0

@@ -18,7 +18,6 @@ from dataflow_fixtures import (
     as_json,
     config_for,
     make_tool,
-    sample_kb,  # noqa: F401 - fixture
 )
 from hamilton import driver as hamilton_driver
 
@@ -102,7 +101,7 @@ DATA_MAPS = {"weights", "duplicateKeys"}  # keyed by data (weight names, evidenc
 
 
 @pytest.fixture(scope="module")
-def results(sample_kb: SampleKB, embedder) -> dict[str, dict[str, Any]]:  # noqa: F811 - fixture
+def results(sample_kb: SampleKB, embedder) -> dict[str, dict[str, Any]]:
     tool = make_tool(sample_kb, embedder)
     empty = make_tool(sample_kb, embedder, retrieval__min_evidence_score=0.99)
     return {
@@ -258,7 +257,7 @@ MAX_CHARS = 60
 
 
 @pytest.fixture(scope="module")
-def strict_tool(sample_kb, embedder):  # noqa: F811 - fixture
+def strict_tool(sample_kb, embedder):
     return make_tool(sample_kb, embedder, retrieval__max_query_chars=MAX_CHARS)
 
 
@@ -312,7 +311,7 @@ class FailingEmbedder(Embedder):
         raise RuntimeError("embedder down")
 
 
-def test_failing_embedder_is_retrieval_failed_not_an_exception(sample_kb):  # noqa: F811
+def test_failing_embedder_is_retrieval_failed_not_an_exception(sample_kb):
     port = FaultySearchPort(sample_kb.store)
     tool = KnowledgeTool(
         config_for(sample_kb.store_path),
@@ -331,7 +330,7 @@ def test_failing_embedder_is_retrieval_failed_not_an_exception(sample_kb):  # no
 # -- sessions -----------------------------------------------------------------------------------
 
 
-def test_retrieved_domains_accumulate_per_session(sample_kb, embedder):  # noqa: F811 - fixture
+def test_retrieved_domains_accumulate_per_session(sample_kb, embedder):
     tool = make_tool(sample_kb, embedder)
     first = tool.lookup(REFUND_QUERY, session_id="s1")
     assert first.retrieved_domains_this_session == ["payments"]
@@ -345,7 +344,7 @@ def test_retrieved_domains_accumulate_per_session(sample_kb, embedder):  # noqa:
     assert tool.session_domains("s1") == ["payments", "customer-support"]
 
 
-def test_new_session_starts_empty(sample_kb, embedder):  # noqa: F811 - fixture
+def test_new_session_starts_empty(sample_kb, embedder):
     tool = make_tool(sample_kb, embedder)
     tool.lookup(REFUND_QUERY, session_id="s1")
     assert tool.session_domains("s2") == []
