@@ -60,7 +60,8 @@ def main() -> int:
     queries = test_queries(args.limit)
 
     with KnowledgeTool.from_config(config) as tool:
-        shard = tool.search_port._shard  # the same engine, searched directly for the floor
+        store = getattr(tool.search_port, "_store", tool.search_port)  # under the shared-store port
+        shard = store._shard  # the same engine, searched directly for the floor
         encoder = tool.embedder.encoder("query")
         k = config.retrieval.effective_retrieve_k
 
