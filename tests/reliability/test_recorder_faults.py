@@ -6,10 +6,8 @@ hung PostgreSQL looks like to a client); the driver is the real psycopg.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -25,24 +23,9 @@ TIMEOUT_S = 1.0
 
 
 @pytest.fixture
-def hung_postgres() -> Iterator[str]:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"postgresql+psycopg://lk:secret@127.0.0.1:{server.getsockname()[1]}/lk"
-    server.close()
-    for connection in held:
-        connection.close()
+def hung_postgres(silent_port: int) -> str:
+    """A PostgreSQL URL whose server accepts connections and never answers."""
+    return f"postgresql+psycopg://lk:secret@127.0.0.1:{silent_port}/lk"
 
 
 def row() -> Invocation:

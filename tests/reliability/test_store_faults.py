@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,25 +39,9 @@ def refused_url() -> str:
 
 
 @pytest.fixture
-def hung_url() -> Iterator[str]:
+def hung_url(silent_port: int) -> str:
     """A server that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    server.close()
-    for connection in held:
-        connection.close()
+    return f"http://127.0.0.1:{silent_port}"
 
 
 def query_json(tmp_path: Path, url: str, *extra: str) -> tuple[int, dict, float]:
