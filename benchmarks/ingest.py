@@ -6,7 +6,7 @@ Per dataset, in one process with one loaded model, on exactly the same chunk tex
   (normalized vectors, on the backend ingest uses) over ``chunk.embedding_text`` of every chunk
   of every document
   (``read_corpus`` + ``chunk_document`` with the config's ``chunk_chars``);
-* ``ingest``: the public ``lookup_knowledge.ingest(source, config)`` into a fresh temporary store
+* ``ingest``: the public ``lookup_knowledge.ingestion(source, config)`` into a fresh temporary store
   (default configuration except ``store.path``).
 
 The model is loaded and warmed before either is timed. The two alternate (encode, ingest,

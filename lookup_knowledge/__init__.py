@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from lookup_knowledge.agent import AgentLookup, tool_definition
     from lookup_knowledge.config import Config, ConfigError, load_config
     from lookup_knowledge.contract import EvidenceBlock, LookupResult
-    from lookup_knowledge.ingest import IngestReport, ingest
+    from lookup_knowledge.ingestion import IngestReport, ingest
     from lookup_knowledge.tool import KnowledgeTool
 
 __all__ = [
@@ -38,8 +38,8 @@ _HOMES = {
     "load_config": "config",
     "EvidenceBlock": "contract",
     "LookupResult": "contract",
-    "IngestReport": "ingest",
-    "ingest": "ingest",
+    "IngestReport": "ingestion",
+    "ingest": "ingestion",
     "KnowledgeTool": "tool",
 }
 

@@ -25,7 +25,7 @@ from lookup_knowledge.display import print_result
 from lookup_knowledge.eval_cli import register as register_eval_commands
 from lookup_knowledge.extras import MissingExtraError, require
 from lookup_knowledge.info import describe
-from lookup_knowledge.ingest import IngestReport, ingest
+from lookup_knowledge.ingestion import IngestReport, ingest
 from lookup_knowledge.render import GRAPHVIZ_HINT, render_execution, render_variants
 from lookup_knowledge.stores import l0_index_path
 from lookup_knowledge.tool import failure_result, query_problem

@@ -21,7 +21,7 @@ from lookup_knowledge.adapters.search import SearchHit, SearchRequest
 from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.cli import app
 from lookup_knowledge.config import Config
-from lookup_knowledge.ingest import IngestReport, ingest
+from lookup_knowledge.ingestion import IngestReport, ingest
 from lookup_knowledge.stores import l0_index_path, open_store
 
 SAMPLE_DOMAINS = {"customer-support", "data-platform", "infrastructure", "payments", "security"}
@@ -267,7 +267,7 @@ def test_cli_ingest_into_a_log_prints_progress_lines(
     runner: CliRunner, small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Output that is not a terminal gets plain progress lines (CliRunner's streams are not)."""
-    module = sys.modules["lookup_knowledge.ingest"]  # the package's `ingest` is the function
+    module = sys.modules["lookup_knowledge.ingestion"]  # the package's `ingest` is the function
     monkeypatch.setattr(module, "EMBED_GROUP", 1)  # one write per document
     monkeypatch.setattr(module, "PROGRESS_LINE_S", 0)  # a line after each
     result = runner.invoke(app, ["ingest", str(small_corpus), "--set", f"store.path={tmp_path / 's'}"])
@@ -377,7 +377,7 @@ class _FailingEmbedder:
 def test_an_interrupted_update_keeps_old_versions_whole_and_the_rerun_completes_it(
     tmp_path: Path, embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(importlib.import_module("lookup_knowledge.ingest"), "EMBED_GROUP", 3)
+    monkeypatch.setattr(importlib.import_module("lookup_knowledge.ingestion"), "EMBED_GROUP", 3)
     kb = tmp_path / "kb"
     for n in range(6):
         write_markdown(

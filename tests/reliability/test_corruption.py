@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from lookup_knowledge import cli
 from lookup_knowledge.agent import AgentLookup
 from lookup_knowledge.config import Config
-from lookup_knowledge.ingest import ingest
+from lookup_knowledge.ingestion import ingest
 from lookup_knowledge.stores import l0_index_path
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")

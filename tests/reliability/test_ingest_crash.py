@@ -26,7 +26,7 @@ from conftest import make_config, write_markdown
 
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.config import Config
-from lookup_knowledge.ingest import ingest
+from lookup_knowledge.ingestion import ingest
 from lookup_knowledge.stores import l0_index_path, open_store
 
 KILLS = 5
@@ -40,7 +40,7 @@ from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.config import load_config
 from lookup_knowledge.stores import build_embedder
 settings = json.loads(sys.argv[1])
-importlib.import_module("lookup_knowledge.ingest").EMBED_GROUP = settings["group"]
+importlib.import_module("lookup_knowledge.ingestion").EMBED_GROUP = settings["group"]
 write_documents = QdrantEdgeStore.write_documents
 def reported(store, chunks):
     write_documents(store, chunks)
@@ -142,7 +142,11 @@ def test_killed_ingest_then_rerun_equals_a_clean_ingest(tmp_path: Path, embedder
     settings = {
         "source": str(kb),
         "group": WRITE_GROUP,
-        "overrides": {"store.path": str(config.store.path), "ingest.chunk_chars": 200},
+        "overrides": {
+            "store.path": str(config.store.path),
+            "ingest.chunk_chars": 200,
+            "embedder.backend": "torch",  # as the in-process `embedder` fixture: identical vectors
+        },
     }
     rng = random.Random(int(os.environ.get("CRASH_SEED", "14")))
     kills, attempts, mixed_seen = 0, 0, 0

@@ -19,7 +19,7 @@ from mcp import Client, StdioServerParameters
 
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.agent import TOOL_NAME
-from lookup_knowledge.ingest import ingest
+from lookup_knowledge.ingestion import ingest
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
 CHANGED = "Customers may request a refund within 45 days when the parcel arrived damaged."
