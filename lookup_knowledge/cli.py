@@ -331,7 +331,7 @@ def _print_invocation(row: Invocation) -> None:
 
 def _print_json(data: object, indent: int | None = None) -> None:
     """JSON on stdout, indented on a terminal unless ``indent`` says otherwise, else one line;
-    ``\\uXXXX`` escapes where stdout cannot encode all of Unicode (a non-UTF-8 locale,
+    JSON's ``\\u`` escapes where stdout cannot encode all of Unicode (a non-UTF-8 locale,
     ``PYTHONIOENCODING=ascii``), which JSON readers decode the same."""
     if indent is None and sys.stdout.isatty():
         indent = 2

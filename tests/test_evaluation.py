@@ -177,20 +177,22 @@ def test_beir_conversion_pins_true_wrong_or_no_categories(tmp_path: Path, catego
     assert [c if isinstance(c, str) else None for c in frame["true_category"]] == expected_true
 
 
-def test_wrong_category_needs_another_category(tmp_path: Path) -> None:
-    folder = tmp_path / "one"
+def one_query_beir(folder: Path, query: str) -> Path:
+    """A BEIR folder with one judged query, given as its queries.jsonl line."""
     folder.mkdir()
-    (folder / "queries.jsonl").write_text('{"_id": "q", "text": "x", "category": "news"}\n')
+    (folder / "queries.jsonl").write_text(query + "\n")
     (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t1\n")
+    return folder
+
+
+def test_wrong_category_needs_another_category(tmp_path: Path) -> None:
+    folder = one_query_beir(tmp_path / "one", '{"_id": "q", "text": "x", "category": "news"}')
     with pytest.raises(EvalDataError, match="no category other than 'news'"):
         beir_to_parquet(folder, tmp_path / "out.parquet", categories="wrong")
 
 
 def test_pinning_a_query_without_category_is_refused(tmp_path: Path) -> None:
-    folder = tmp_path / "nocat"
-    folder.mkdir()
-    (folder / "queries.jsonl").write_text('{"_id": "q", "text": "x"}\n')
-    (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t1\n")
+    folder = one_query_beir(tmp_path / "nocat", '{"_id": "q", "text": "x"}')
     with pytest.raises(EvalDataError, match="query 'q' has no category"):
         beir_to_parquet(folder, tmp_path / "out.parquet", categories="true")
 
