@@ -17,9 +17,13 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 
 from .search import (
     CATEGORY_FIELD,
+    DENSE_VECTOR,
     DOC_ID_FIELD,
+    RRF_K,
+    SPARSE_VECTOR,
     VERSION_FIELDS,
     KnowledgeStore,
+    ScoredPoints,
     SearchHit,
     SearchRequest,
     StoreBackendError,
@@ -28,18 +32,20 @@ from .search import (
     StoreError,
     StoreLockedError,
     StoreMissingError,
+    StoreOutdatedError,
     StoreUnavailableError,
     first_line,
-    hit_from_payload,
     stored_documents,
 )
+from .sparse import SparseVector
 
 _SCROLL_PAGE = 1024
 _UPSERT_BATCH = 256
 
 
 class QdrantClientStore(KnowledgeStore):
-    """A Qdrant collection reached by URL (API key from the caller), local path or ``:memory:``."""
+    """A Qdrant collection reached by URL (API key from the caller), local path or ``:memory:``:
+    named dense and BM25 sparse vectors (IDF applied by the server), as the embedded store."""
 
     def __init__(
         self,
@@ -77,12 +83,20 @@ class QdrantClientStore(KnowledgeStore):
     def _ensure_collection(self, create: bool) -> None:
         with self._errors("opening the collection"):
             if self._client.collection_exists(self.collection):
+                params = self._client.get_collection(self.collection).config.params
+                if SPARSE_VECTOR not in (params.sparse_vectors or {}):
+                    raise StoreOutdatedError(f"{self._where}, collection {self.collection!r}")
                 return
             if not create or self.dimension is None:
                 raise StoreMissingError(f"no collection {self.collection!r} at {self._where}: ingest first")
             self._client.create_collection(
                 self.collection,
-                vectors_config=models.VectorParams(size=self.dimension, distance=models.Distance.COSINE),
+                vectors_config={
+                    DENSE_VECTOR: models.VectorParams(size=self.dimension, distance=models.Distance.COSINE)
+                },
+                sparse_vectors_config={
+                    SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)
+                },
             )
             with warnings.catch_warnings():  # local mode has no payload indexes and says so
                 warnings.simplefilter("ignore")
@@ -107,38 +121,35 @@ class QdrantClientStore(KnowledgeStore):
             raise StoreBackendError(f"{action} failed: {first_line(exc)}") from exc
 
     def search(self, request: SearchRequest) -> list[SearchHit]:
-        """Dense search, filtered by category when the request carries one."""
-        with self._errors("search"):
-            response = self._client.query_points(
-                self.collection,
-                query=list(request.query_vector),
-                query_filter=_category_filter(request.category),
-                limit=request.top_k,
-                with_payload=True,
-            )
-        return [hit_from_payload(p.id, p.score, p.payload) for p in response.points]
+        """One search (dense, sparse or fused hybrid), filtered by category when the request
+        carries one."""
+        return self.search_batch([request])[0]
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
-        """Several searches in one round trip."""
-        queries = [
-            models.QueryRequest(
-                query=list(r.query_vector),
-                filter=_category_filter(r.category),
-                limit=r.top_k,
-                with_payload=True,
-            )
-            for r in requests
-        ]
-        with self._errors("batch search"):
-            responses = self._client.query_batch_points(self.collection, requests=queries)
-        return [
-            [hit_from_payload(p.id, p.score, p.payload) for p in response.points] for response in responses
-        ]
+        """Several searches in one round trip (a hybrid search brings its dense and sparse
+        companions, which report each fused hit's places and BM25 score)."""
+        queries = [query for request in requests for query in _queries(request)]
+        with self._errors("search" if len(requests) == 1 else "batch search"):
+            responses = iter(self._client.query_batch_points(self.collection, requests=queries))
+        found = []
+        for request in requests:
+            rows = [(p.id, p.score, p.payload, p.vector) for p in next(responses).points]
+            if request.mode == "hybrid":
+                dense_ids = [p.id for p in next(responses).points]
+                sparse = [(p.id, p.score) for p in next(responses).points]
+                found.append(ScoredPoints(request).hits(rows, dense_ids, sparse))
+            else:
+                found.append(ScoredPoints(request).hits(rows))
+        return found
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):
             points = [
-                models.PointStruct(id=c.point_id, vector=list(c.vector), payload=dict(c.payload))
+                models.PointStruct(
+                    id=c.point_id,
+                    vector={DENSE_VECTOR: list(c.vector), SPARSE_VECTOR: _sparse(c.sparse_vector)},
+                    payload=dict(c.payload),
+                )
                 for c in chunks[start : start + _UPSERT_BATCH]
             ]
             with self._errors("upsert"):
@@ -182,6 +193,58 @@ class QdrantClientStore(KnowledgeStore):
 
     def close(self) -> None:
         self._client.close()
+
+
+def _queries(request: SearchRequest) -> list[models.QueryRequest]:
+    """The server queries of one request: the ranked one, and for hybrid its dense and sparse
+    companions (the fused query's own prefetches, run alone to report each hit's places)."""
+    where = _category_filter(request.category)
+    dense = list(request.query_vector)
+    if request.mode == "dense":
+        return [
+            models.QueryRequest(
+                query=dense, using=DENSE_VECTOR, filter=where, limit=request.top_k, with_payload=True
+            )
+        ]
+    sparse = _sparse(request.sparse_vector)
+    vectors = [DENSE_VECTOR, SPARSE_VECTOR]
+    if request.mode == "sparse":
+        return [
+            models.QueryRequest(
+                query=sparse,
+                using=SPARSE_VECTOR,
+                filter=where,
+                limit=request.top_k,
+                with_payload=True,
+                with_vector=vectors,
+            )
+        ]
+    width = request.prefetch_width
+    fusion = (
+        models.RrfQuery(rrf=models.Rrf(k=RRF_K))
+        if request.fusion == "rrf"
+        else models.FusionQuery(fusion=models.Fusion.DBSF)
+    )
+    fused = models.QueryRequest(
+        prefetch=[
+            models.Prefetch(query=dense, using=DENSE_VECTOR, filter=where, limit=width),
+            models.Prefetch(query=sparse, using=SPARSE_VECTOR, filter=where, limit=width),
+        ],
+        query=fusion,
+        limit=request.top_k,
+        with_payload=True,
+        with_vector=vectors,
+    )
+    companions = [
+        models.QueryRequest(query=dense, using=DENSE_VECTOR, filter=where, limit=width),
+        models.QueryRequest(query=sparse, using=SPARSE_VECTOR, filter=where, limit=width),
+    ]
+    return [fused, *companions]
+
+
+def _sparse(vector: SparseVector | None) -> models.SparseVector:
+    assert vector is not None  # SearchRequest guarantees it outside dense mode
+    return models.SparseVector(indices=list(vector.indices), values=list(vector.values))
 
 
 def _category_filter(category: str | None) -> models.Filter | None:

@@ -16,22 +16,27 @@ import qdrant_edge as qe
 
 from .search import (
     CATEGORY_FIELD,
+    DENSE_VECTOR,
     DOC_ID_FIELD,
+    RRF_K,
+    SPARSE_VECTOR,
     VERSION_FIELDS,
     KnowledgeStore,
+    ScoredPoints,
     SearchHit,
     SearchRequest,
     StoredChunk,
     StoredDocument,
     StoreLockedError,
     StoreMissingError,
+    StoreOutdatedError,
     StoreUnavailableError,
     backend_errors,
-    hit_from_payload,
     process_note,
     stored_documents,
 )
 from .shared_store import holder_note
+from .sparse import SparseVector
 
 __all__ = ["QdrantEdgeStore", "StoreUnavailableError"]
 
@@ -40,7 +45,8 @@ _UPSERT_BATCH = 512
 
 
 class QdrantEdgeStore(KnowledgeStore):
-    """A persistent Qdrant Edge shard with a keyword payload index on the category field."""
+    """A persistent Qdrant Edge shard: a named dense vector and a named BM25 sparse vector (IDF
+    applied by the engine) per chunk, keyword payload indexes on the category and doc_id."""
 
     def __init__(self, path: str | Path, dimension: int | None = None, *, create: bool = True) -> None:
         self.path = Path(path)
@@ -53,10 +59,13 @@ class QdrantEdgeStore(KnowledgeStore):
     def _open(self, create: bool) -> qe.EdgeShard:
         config = None
         if self.dimension is not None:
-            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(self.dimension, qe.Distance.Cosine))
+            config = qe.EdgeConfig(
+                vectors={DENSE_VECTOR: qe.EdgeVectorParams(self.dimension, qe.Distance.Cosine)},
+                sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            )
         try:
             if self.path.is_dir() and any(self.path.iterdir()):
-                return qe.EdgeShard.load(str(self.path), config)
+                return self._checked(qe.EdgeShard.load(str(self.path), config))
             if not create:
                 raise StoreMissingError(f"no knowledge store at {self.path}: ingest first")
             if config is None:
@@ -70,37 +79,57 @@ class QdrantEdgeStore(KnowledgeStore):
                     f"cannot open knowledge store at {self.path}: it is locked, already open in "
                     f"another process (or elsewhere in this one): {self._held_by()}; close that first"
                 ) from exc
+            if f'key "{DENSE_VECTOR}" not found' in str(exc):  # a store of a release before hybrid
+                raise StoreOutdatedError(str(self.path)) from None
             raise StoreUnavailableError(f"cannot open knowledge store at {self.path}: {exc}") from exc
         for field in (CATEGORY_FIELD, DOC_ID_FIELD):
             shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
         return shard
 
+    def _checked(self, shard: qe.EdgeShard) -> qe.EdgeShard:
+        """The shard, if it holds BM25 vectors (a store of an older release does not)."""
+        probe = qe.QueryRequest(
+            limit=1, query=qe.Query.Nearest(_sparse(SparseVector((0,), (1.0,))), SPARSE_VECTOR)
+        )
+        try:
+            shard.query(probe)
+        except Exception as exc:
+            if "Not existing vector name" not in str(exc):
+                raise
+            shard.close()
+            raise StoreOutdatedError(str(self.path)) from None
+        return shard
+
     def search(self, request: SearchRequest) -> list[SearchHit]:
-        """Dense search, filtered by category when the request carries one."""
-        with backend_errors("search"):
-            points = self._shard.query(self._query(request))
-        return [hit_from_payload(p.id, p.score, p.payload) for p in points]
+        """One search (dense, sparse or fused hybrid), filtered by category when the request
+        carries one."""
+        return self.search_batch([request])[0]
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
-        """Several searches planned as one batch by the engine."""
-        batch = qe.QueryBatchRequest([self._query(request) for request in requests])
-        with backend_errors("batch search"):
-            results = self._shard.query_batch(batch)
-        return [[hit_from_payload(p.id, p.score, p.payload) for p in points] for points in results]
-
-    @staticmethod
-    def _query(request: SearchRequest) -> qe.QueryRequest:
-        return qe.QueryRequest(
-            limit=request.top_k,
-            query=qe.Query.Nearest(list(request.query_vector)),
-            filter=_category_filter(request.category),
-            with_payload=True,
-        )
+        """Several searches planned as one batch by the engine (a hybrid search brings its
+        dense and sparse companions, which report each fused hit's places and BM25 score)."""
+        queries = [query for request in requests for query in _queries(request)]
+        with backend_errors("search" if len(requests) == 1 else "batch search"):
+            results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
+        found = []
+        for request in requests:
+            rows = [(p.id, p.score, p.payload, p.vector) for p in next(results)]
+            if request.mode == "hybrid":
+                dense_ids = [p.id for p in next(results)]
+                sparse = [(p.id, p.score) for p in next(results)]
+                found.append(ScoredPoints(request).hits(rows, dense_ids, sparse))
+            else:
+                found.append(ScoredPoints(request).hits(rows))
+        return found
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):
             points = [
-                qe.Point(chunk.point_id, list(chunk.vector), dict(chunk.payload))
+                qe.Point(
+                    chunk.point_id,
+                    {DENSE_VECTOR: list(chunk.vector), SPARSE_VECTOR: _sparse(chunk.sparse_vector)},
+                    dict(chunk.payload),
+                )
                 for chunk in chunks[start : start + _UPSERT_BATCH]
             ]
             with backend_errors("upsert"):
@@ -161,6 +190,40 @@ class QdrantEdgeStore(KnowledgeStore):
             with contextlib.suppress(OSError, UnicodeDecodeError):
                 if self._holder.read_text(encoding="utf-8").startswith(f"{os.getpid()} "):
                     self._holder.unlink()
+
+
+def _queries(request: SearchRequest) -> list[qe.QueryRequest]:
+    """The engine queries of one request: the ranked one, and for hybrid its dense and sparse
+    companions (the fused query's own prefetches, run alone to report each hit's places)."""
+    where = _category_filter(request.category)
+    dense = qe.Query.Nearest(list(request.query_vector), DENSE_VECTOR)
+    if request.mode == "dense":
+        return [qe.QueryRequest(limit=request.top_k, query=dense, filter=where, with_payload=True)]
+    sparse = qe.Query.Nearest(_sparse(request.sparse_vector), SPARSE_VECTOR)
+    vectors = [DENSE_VECTOR, SPARSE_VECTOR]
+    if request.mode == "sparse":
+        ranked = qe.QueryRequest(
+            limit=request.top_k, query=sparse, filter=where, with_payload=True, with_vector=vectors
+        )
+        return [ranked]
+    width = request.prefetch_width
+    fused = qe.QueryRequest(
+        limit=request.top_k,
+        prefetches=[
+            qe.Prefetch(width, query=dense, filter=where),
+            qe.Prefetch(width, query=sparse, filter=where),
+        ],
+        query=qe.Fusion.Rrf(k=RRF_K) if request.fusion == "rrf" else qe.Fusion.Dbsf(),
+        with_payload=True,
+        with_vector=vectors,
+    )
+    companions = [qe.QueryRequest(limit=width, query=q, filter=where) for q in (dense, sparse)]
+    return [fused, *companions]
+
+
+def _sparse(vector: SparseVector | None) -> qe.SparseVector:
+    assert vector is not None  # SearchRequest guarantees it outside dense mode
+    return qe.SparseVector(list(vector.indices), list(vector.values))
 
 
 def _category_filter(category: str | None) -> qe.Filter | None:

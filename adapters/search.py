@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
+from .sparse import Bm25Encoder, SparseVector, bm25_encoder
+
 CATEGORY_FIELD = "category"
 DOC_ID_FIELD = "doc_id"
 DOC_HASH_FIELD = "doc_hash"
@@ -25,6 +29,12 @@ EVIDENCE_KEY_FIELD = "evidence_key"
 DOC_CHUNKS_FIELD = "doc_chunks"  # how many chunks the document's version has: its completeness mark
 SOURCE_FIELD = "source"
 VERSION_FIELDS = (DOC_ID_FIELD, DOC_HASH_FIELD, DOC_CHUNKS_FIELD, SOURCE_FIELD)  # read by documents()
+
+DENSE_VECTOR = "dense"  # the named vectors every point carries
+SPARSE_VECTOR = "bm25"
+RetrievalMode = Literal["dense", "sparse", "hybrid"]
+FusionMethod = Literal["rrf", "dbsf"]
+RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.; Qdrant's and Elasticsearch's default)
 
 _COSINE_BOUND = 1.0 + 1e-3  # float32 rounding lets a cosine similarity exceed 1 slightly
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
@@ -44,6 +54,16 @@ class StoreMissingError(StoreUnavailableError):
 
 class StoreLockedError(StoreUnavailableError):
     """Another process holds the store."""
+
+
+class StoreOutdatedError(StoreUnavailableError):
+    """The store was built by an older release (dense vectors only, no BM25): ingest again."""
+
+    def __init__(self, where: str, detail: str = "") -> None:
+        super().__init__(
+            f"the knowledge store at {where} was ingested before hybrid retrieval (it has no BM25 "
+            f"vectors{': ' + detail if detail else ''}); delete it and run `lookup-knowledge ingest` again"
+        )
 
 
 class StoreBackendError(StoreError):
@@ -103,18 +123,40 @@ def cosine_normalized(score: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class SearchRequest:
-    """One dense search: the text (for traces), its vector, width and an optional category."""
+    """One search: the text, its dense and (sparse, hybrid) BM25 vectors, width, optional category.
+
+    ``hybrid`` fuses a dense and a sparse prefetch, each ``prefetch_k`` wide (default ``top_k``),
+    both under the category filter, by ``fusion`` inside the store.
+    """
 
     query_text: str
     query_vector: Sequence[float]
     top_k: int
     category: str | None = None
-    mode: Literal["dense"] = "dense"
+    mode: RetrievalMode = "dense"
+    sparse_vector: SparseVector | None = None
+    fusion: FusionMethod = "rrf"
+    prefetch_k: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode != "dense" and self.sparse_vector is None:
+            raise ValueError(f"a {self.mode} search needs the query's sparse vector")
+
+    @property
+    def prefetch_width(self) -> int:
+        return max(self.prefetch_k or self.top_k, self.top_k)
 
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One scored point as the port returns it."""
+    """One scored point as the port returns it.
+
+    ``score`` is what the store ranked by: the cosine (dense), the BM25 score (sparse) or the
+    fused score (hybrid). ``normalized_score`` is always the dense cosine clipped to [0, 1], in
+    every mode, so the fallback decision, ``min_evidence_score`` and the relevance level read
+    one calibrated scale. ``sparse_score`` is ``None`` when the hit was not among the sparse
+    search's top ``prefetch_k``.
+    """
 
     point_id: str
     content: str
@@ -123,14 +165,22 @@ class SearchHit:
     payload: Mapping[str, Any]
     doc_id: str | None = None
     chunk_index: int | None = None
+    dense_score: float | None = None
+    sparse_score: float | None = None
+    fused_score: float | None = None
+    dense_rank: int | None = None
+    sparse_rank: int | None = None
+    matched_terms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class StoredChunk:
-    """A chunk ready to be written: its vector and payload (which carries doc_id and chunk_index)."""
+    """A chunk ready to be written: its dense and BM25 vectors and payload (which carries doc_id
+    and chunk_index)."""
 
     vector: Sequence[float]
     payload: Mapping[str, Any] = field(default_factory=dict)
+    sparse_vector: SparseVector = SparseVector((), ())
 
     @property
     def point_id(self) -> str:
@@ -229,21 +279,99 @@ class KnowledgeStore(KnowledgeSearchPort):
         """Build indexes after bulk writes (stores that index on their own do nothing)."""
 
 
-def hit_from_payload(point_id: Any, score: float, payload: Mapping[str, Any] | None) -> SearchHit:
-    """Build a :class:`SearchHit` from a store's raw point (shared by both adapters)."""
+def _checked_cosine(point_id: Any, score: float) -> float:
     if not -_COSINE_BOUND <= score <= _COSINE_BOUND:  # NaN fails both comparisons too
         raise StoreBackendError(
             f"the store returned a score of {score} for point {point_id}, outside the cosine range "
             "[-1, 1]: its data is corrupt; delete the store and ingest again"
         )
+    return score
+
+
+def hit_from_payload(
+    point_id: Any,
+    score: float,
+    payload: Mapping[str, Any] | None,
+    *,
+    dense_score: float | None = None,
+    sparse_score: float | None = None,
+    fused_score: float | None = None,
+    dense_rank: int | None = None,
+    sparse_rank: int | None = None,
+    matched_terms: Sequence[str] = (),
+) -> SearchHit:
+    """Build a :class:`SearchHit` from a store's raw point (shared by both adapters); a dense
+    search's ``score`` is its cosine."""
+    dense = _checked_cosine(point_id, score if dense_score is None else dense_score)
     payload = payload or {}
     chunk_index = payload.get(CHUNK_INDEX_FIELD)
     return SearchHit(
         point_id=str(point_id),
         content=payload.get(CONTENT_FIELD, ""),
         score=score,
-        normalized_score=cosine_normalized(score),
+        normalized_score=cosine_normalized(dense),
         payload=payload,
         doc_id=payload.get(DOC_ID_FIELD),
         chunk_index=int(chunk_index) if chunk_index is not None else None,
+        dense_score=dense,
+        sparse_score=sparse_score,
+        fused_score=fused_score,
+        dense_rank=dense_rank,
+        sparse_rank=sparse_rank,
+        matched_terms=tuple(matched_terms),
     )
+
+
+Point = tuple[Any, float, "Mapping[str, Any] | None", "Mapping[str, Any] | None"]
+
+
+class ScoredPoints:
+    """Turns one request's raw points into hits: the dense cosine of each (from its stored dense
+    vector when the store ranked by something else), its sparse score, its places in the dense
+    and sparse searches, and the query terms it matched."""
+
+    def __init__(self, request: SearchRequest) -> None:
+        self.request = request
+        self._query = np.asarray(request.query_vector, dtype=np.float32)
+        self._terms = bm25_encoder().query_terms(request.query_text) if request.mode != "dense" else {}
+
+    def hits(
+        self,
+        points: Sequence[Point],
+        dense_ids: Sequence[Any] = (),
+        sparse_points: Sequence[tuple[Any, float]] = (),
+    ) -> list[SearchHit]:
+        """(point id, score, payload, named vectors) per point -> hits, in the store's order;
+        a hybrid search also passes the ids its dense companion found and the (id, score) of its
+        sparse companion, best first."""
+        mode = self.request.mode
+        if mode == "dense":
+            return [
+                hit_from_payload(pid, score, payload, dense_rank=rank)
+                for rank, (pid, score, payload, _) in enumerate(points, start=1)
+            ]
+        if not points:
+            return []
+        if mode == "sparse":
+            sparse_points = [(pid, score) for pid, score, *_ in points]
+        dense_places = {str(pid): rank for rank, pid in enumerate(dense_ids, start=1)}
+        sparse_places = {str(pid): (rank, score) for rank, (pid, score) in enumerate(sparse_points, start=1)}
+        dense = np.stack([np.asarray(vectors[DENSE_VECTOR], dtype=np.float32) for *_, vectors in points])
+        cosines = (dense @ self._query).tolist()
+        hits = []
+        for (pid, score, payload, vectors), cosine in zip(points, cosines, strict=True):
+            sparse_rank, sparse_score = sparse_places.get(str(pid), (None, None))
+            hits.append(
+                hit_from_payload(
+                    pid,
+                    score,
+                    payload,
+                    dense_score=cosine,
+                    sparse_score=sparse_score,
+                    fused_score=score if mode == "hybrid" else None,
+                    dense_rank=dense_places.get(str(pid)),
+                    sparse_rank=sparse_rank,
+                    matched_terms=Bm25Encoder.matched_terms(self._terms, vectors[SPARSE_VECTOR].indices),
+                )
+            )
+        return hits

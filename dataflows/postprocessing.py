@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -12,7 +13,7 @@ from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import CappedChunk, EvidenceBlock, EvidenceCuts
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
 
-from .retrieval import SearchAttempt
+from .retrieval import HybridFusion, SearchAttempt
 
 # L0 hint kind -> (the candidate payload field it is compared with, the rerank weight it earns)
 _HINT_KINDS = {
@@ -23,8 +24,8 @@ _HINT_KINDS = {
 }
 CANDIDATE_COLUMNS = frame_columns([
     "evidence_key", "doc_id", "chunk_index", "point_id", "source", "title", "breadcrumb",
-    "categories", "doc_type", "content", "score", "normalized_score", "original_rank",
-    "hit_reasons", "l0_matches",
+    "categories", "doc_type", "content", "score", "normalized_score", "rank_score", "dense_score",
+    "sparse_score", "fused_score", "original_rank", "hit_reasons", "l0_matches",
 ])  # fmt: skip
 SCREENED_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "left_out"])
 RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
@@ -56,20 +57,59 @@ def _l0_matches(hit: SearchHit, hint_terms: list[tuple[str, str, dict[str, str]]
     return matches
 
 
-def _final_hits(retrieval_attempts: list[SearchAttempt]) -> list[tuple[str, SearchHit]]:
-    """Usable hits of the attempt(s) whose hits the fallback decision used, tagged with the
-    attempt that found them, best first."""
-    tagged = [(a.kind, hit) for a in retrieval_attempts if a.used for hit in a.usable]
-    return sorted(tagged, key=lambda pair: -pair[1].normalized_score)
+def _final_hits(
+    retrieval_attempts: list[SearchAttempt], retrieval_mode: str
+) -> list[tuple[str, SearchHit, float, int]]:
+    """Usable hits of the attempt(s) whose hits the fallback decision used, each with the
+    attempt that found them, its rank score and its place in that search, best first.
+
+    The rank score is what post-processing orders and reranks by, in [0, 1]: the normalized
+    cosine in dense mode; in sparse and hybrid mode, whose scores (BM25, rank fusion) have no
+    fixed scale, the store's score as a share of the search's best.
+    """
+    ranked = []
+    for attempt in retrieval_attempts:
+        if not attempt.used:
+            continue
+        best = max((hit.score for hit in attempt.hits), default=0.0)
+        places = {hit.point_id: place for place, hit in enumerate(attempt.hits, start=1)}
+        for hit in attempt.usable:
+            share = hit.score / best if best > 0 else 0.0
+            rank_score = hit.normalized_score if retrieval_mode == "dense" else share
+            ranked.append((attempt.kind, hit, rank_score, places[hit.point_id]))
+    return sorted(ranked, key=lambda row: -row[2])
 
 
-def candidates_df(retrieval_attempts: list[SearchAttempt], l0_hints: L0Hints) -> pd.DataFrame:
-    """The final hit list as evidence candidates: identity fields and hit reasons (vector
-    attempt + L0 matches), best first."""
+def _signal_reasons(hit: SearchHit, place: int, retrieval_mode: str, fusion: str) -> list[str]:
+    """Which searches found a hit, at which place (sparse: with the query terms it matched)."""
+    if retrieval_mode == "dense":
+        return []
+    reasons = []
+    if hit.dense_rank is not None:
+        reasons.append(f"vector:dense rank {hit.dense_rank}")
+    if hit.sparse_rank is not None:
+        terms = f" ({', '.join(hit.matched_terms)})" if hit.matched_terms else ""
+        reasons.append(f"vector:sparse rank {hit.sparse_rank}{terms}")
+    if retrieval_mode == "hybrid":
+        reasons.append(f"fused rank {place} ({fusion})")
+    return reasons
+
+
+def candidates_df(
+    retrieval_attempts: list[SearchAttempt],
+    l0_hints: L0Hints,
+    retrieval_mode: str = "dense",
+    hybrid_fusion: HybridFusion | None = None,
+) -> pd.DataFrame:
+    """The final hit list as evidence candidates: identity fields, scores and hit reasons
+    (vector attempt, the searches that found it, L0 matches), best first."""
     hint_terms = _hint_terms(l0_hints)
+    fusion = (hybrid_fusion or HybridFusion()).method
     rows = []
-    for rank, (attempt, hit) in enumerate(_final_hits(retrieval_attempts), start=1):
+    ranked = _final_hits(retrieval_attempts, retrieval_mode)
+    for rank, (attempt, hit, rank_score, place) in enumerate(ranked, start=1):
         matches = _l0_matches(hit, hint_terms)
+        signals = _signal_reasons(hit, place, retrieval_mode, fusion)
         payload = hit.payload
         rows.append({
             "evidence_key": identity_key(hit, rank), "doc_id": hit.doc_id,
@@ -78,8 +118,10 @@ def candidates_df(retrieval_attempts: list[SearchAttempt], l0_hints: L0Hints) ->
             "breadcrumb": payload.get("breadcrumb"),
             "categories": tuple(payload.get("category") or ()), "doc_type": payload.get("doc_type"),
             "content": hit.content, "score": hit.score, "normalized_score": hit.normalized_score,
-            "original_rank": rank,
-            "hit_reasons": [f"vector:{attempt}"] + [f"l0_{kind}:{term}" for kind, term in matches],
+            "rank_score": rank_score, "dense_score": hit.dense_score,
+            "sparse_score": hit.sparse_score, "fused_score": hit.fused_score, "original_rank": rank,
+            "hit_reasons": [f"vector:{attempt}", *signals]
+            + [f"l0_{kind}:{term}" for kind, term in matches],
             "l0_matches": matches,
         })  # fmt: skip
     return object_frame(rows, CANDIDATE_COLUMNS)
@@ -93,11 +135,12 @@ def screened_df(
 ) -> pd.DataFrame:
     """Distinct candidates, score-sorted, each with why it was left out (``None``: kept).
 
-    Reasons: ``below_evidence_floor`` (normalized score under ``relative_evidence_floor`` times
-    the query's best), ``document_cap`` (``max_chunks_per_document`` reached), ``return_n``.
+    Reasons: ``below_evidence_floor`` (under ``relative_evidence_floor`` times the query's best
+    on every signal it has: the normalized dense score and, from a sparse search, the BM25
+    score), ``document_cap`` (``max_chunks_per_document`` reached), ``return_n``.
     """
-    ordered = sorted(records(candidates_df), key=lambda c: (-c["normalized_score"], c["original_rank"]))
-    floor = relative_evidence_floor * (ordered[0]["normalized_score"] if ordered else 0.0)
+    ordered = sorted(records(candidates_df), key=lambda c: (-c["rank_score"], c["original_rank"]))
+    below = _below_floor(ordered, relative_evidence_floor)
     screened: dict[str, dict] = {}
     per_document: Counter[str] = Counter()
     kept = 0
@@ -109,7 +152,7 @@ def screened_df(
             continue
         document = candidate["doc_id"] or key
         per_document[document] += 1
-        if candidate["normalized_score"] < floor:
+        if below(candidate):
             left_out = "below_evidence_floor"
         elif max_chunks_per_document is not None and per_document[document] > max_chunks_per_document:
             left_out = "document_cap"
@@ -119,6 +162,19 @@ def screened_df(
             left_out, kept = None, kept + 1
         screened[key] = {**candidate, "hit_reasons": list(candidate["hit_reasons"]), "left_out": left_out}
     return object_frame(list(screened.values()), SCREENED_COLUMNS)
+
+
+def _below_floor(candidates: list[dict], relative_evidence_floor: float) -> Callable[[dict], bool]:
+    """Whether a candidate is under the floor on its dense score and on its sparse score."""
+    dense_floor = relative_evidence_floor * max((c["normalized_score"] for c in candidates), default=0.0)
+    sparse_scores = [c["sparse_score"] for c in candidates if c["sparse_score"] is not None]
+    sparse_floor = relative_evidence_floor * max(sparse_scores, default=0.0)
+
+    def below(candidate: dict) -> bool:
+        sparse = candidate["sparse_score"]
+        return candidate["normalized_score"] < dense_floor and (sparse is None or sparse < sparse_floor)
+
+    return below
 
 
 def deduped_df(screened_df: pd.DataFrame) -> pd.DataFrame:
@@ -131,14 +187,12 @@ def deduped_df(screened_df: pd.DataFrame) -> pd.DataFrame:
 def evidence_cuts(screened_df: pd.DataFrame, deduped_df: pd.DataFrame) -> EvidenceCuts:
     """How many qualifying chunks were cut, by reason, and which capped chunks outscored a kept one."""
     rows = records(screened_df)
-    weakest_kept = min(column_values(deduped_df, "normalized_score"), default=None)
+    weakest_kept = min(column_values(deduped_df, "rank_score"), default=None)
     counts = Counter(row["left_out"] for row in rows if row["left_out"] is not None)
     capped = [
         CappedChunk(evidence_key=row["evidence_key"], normalized_score=row["normalized_score"])
         for row in rows
-        if row["left_out"] == "document_cap"
-        and weakest_kept is not None
-        and row["normalized_score"] > weakest_kept
+        if row["left_out"] == "document_cap" and weakest_kept is not None and row["rank_score"] > weakest_kept
     ]
     return EvidenceCuts(
         below_evidence_floor=counts["below_evidence_floor"],
@@ -149,13 +203,13 @@ def evidence_cuts(screened_df: pd.DataFrame, deduped_df: pd.DataFrame) -> Eviden
 
 
 def reranked_df(deduped_df: pd.DataFrame, rerank_weights: RerankConfig) -> pd.DataFrame:
-    """Rule-based rerank: weighted vector score plus recorded boosts; deterministic tie-breaks."""
+    """Rule-based rerank: weighted rank score plus recorded boosts; deterministic tie-breaks."""
     scored = []
     for candidate in records(deduped_df):
         boosts = _boosts(candidate["l0_matches"], candidate["doc_type"], rerank_weights)
-        score = rerank_weights.vector * candidate["normalized_score"] + sum(c for _, c in boosts)
+        score = rerank_weights.vector * candidate["rank_score"] + sum(c for _, c in boosts)
         scored.append({**candidate, "boosts": boosts, "rerank_score": score})
-    scored.sort(key=lambda c: (-c["rerank_score"], -c["normalized_score"], c["evidence_key"]))
+    scored.sort(key=lambda c: (-c["rerank_score"], -c["rank_score"], c["evidence_key"]))
     for rank, candidate in enumerate(scored, start=1):
         candidate["rank"] = rank
     return object_frame(scored, RERANK_COLUMNS)
@@ -191,6 +245,9 @@ def evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
             content=row["content"],
             score=row["score"],
             normalized_score=row["normalized_score"],
+            dense_score=row["dense_score"],
+            sparse_score=row["sparse_score"],
+            fused_score=row["fused_score"],
             rerank_score=row["rerank_score"],
             rank=row["rank"],
             hit_reasons=row["hit_reasons"],

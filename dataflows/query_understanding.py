@@ -1,4 +1,5 @@
-"""Query understanding: the query vector and the L0 hints with the category filter they imply."""
+"""Query understanding: the query's dense and BM25 vectors, and the L0 hints with the category
+filter they imply."""
 
 from __future__ import annotations
 
@@ -7,12 +8,20 @@ from hamilton.function_modifiers import config
 
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Hints, L0Index
+from lookup_knowledge.adapters.sparse import SparseVector, bm25_encoder
 
 
 @config.when_not(l1_enabled=False)
 def query_vector(query: str, embedder: Embedder) -> np.ndarray:
     """The query's unit-length embedding."""
     return embedder.embed_query(query)
+
+
+@config.when_in(l1_enabled=[True], retrieval_mode=["sparse", "hybrid"])
+def query_sparse_vector(query: str) -> SparseVector:
+    """The query's BM25 terms (CJK-aware, as the chunks were indexed), weight 1 each; the store
+    applies IDF."""
+    return bm25_encoder().embed_query(query)
 
 
 @config.when_not(l0_enabled=False)

@@ -24,7 +24,7 @@ from lookup_knowledge.contract import (
 )
 from lookup_knowledge.frames import records
 
-from .retrieval import FallbackDecision, SearchAttempt
+from .retrieval import FallbackDecision, HybridFusion, SearchAttempt
 
 HIGH_RELEVANCE = 0.6
 
@@ -76,12 +76,16 @@ def retrieval_trace(
     max_chunks_per_document: int | None,
     relative_evidence_floor: float,
     evidence_cuts: EvidenceCuts,
+    retrieval_mode: str = "dense",
+    hybrid_fusion: HybridFusion | None = None,
 ) -> RetrievalTrace:
     """L0 hints, filter, every search with whether its hits were used, the fallback decision
     with the values it read, and the settings in force."""
     l1_candidates = any(attempt.usable for attempt in retrieval_attempts if attempt.used)
     layer = "L0+L1" if not l0_hints.is_empty and l1_candidates else "L1"
     return RetrievalTrace(
+        retrieval_mode=retrieval_mode,
+        fusion=(hybrid_fusion or HybridFusion()).method if retrieval_mode == "hybrid" else None,
         l0_hints=l0_hints,
         category_filter=category_filter,
         attempts=[
@@ -120,6 +124,7 @@ def rerank_trace(reranked_df: pd.DataFrame, rerank_weights: RerankConfig) -> Rer
             source=row["source"],
             base_score=row["score"],
             normalized_score=row["normalized_score"],
+            rank_score=row["rank_score"],
             final_score=row["rerank_score"],
             boosts=[BoostContribution(reason=r, contribution=c) for r, c in row["boosts"]],
         )

@@ -1,5 +1,9 @@
-"""L1 retrieval through the search port: the filtered search, its unfiltered companion, and the
-fallback decision between them.
+"""L1 retrieval through the search port: the search request of the retrieval mode (dense,
+sparse or hybrid), the filtered search, its unfiltered companion, and the fallback decision.
+
+The fallback decision and ``min_evidence_score`` read each hit's ``normalized_score``, its dense
+cosine clipped to [0, 1], in every mode: a fused score ranks by position, so both the filtered
+and the unfiltered search's best hit would score alike (see ``docs/quality.md``).
 
 With a category filter (and the fallback on) the filtered and the unfiltered search go to the
 store as one batched request. The decision then compares the two result lists of the same query
@@ -14,7 +18,13 @@ from typing import Literal
 import numpy as np
 from hamilton.function_modifiers import config
 
-from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.adapters.search import (
+    FusionMethod,
+    KnowledgeSearchPort,
+    SearchHit,
+    SearchRequest,
+)
+from lookup_knowledge.adapters.sparse import SparseVector
 from lookup_knowledge.contract import DecisionRule, FallbackReason, FallbackRule
 
 AttemptKind = Literal["filtered", "unfiltered"]
@@ -79,6 +89,50 @@ class FallbackDecision:
         return self.reason is not None
 
 
+@dataclass(frozen=True, slots=True)
+class HybridFusion:
+    """How a hybrid search fuses its dense and sparse prefetches (``retrieval.fusion``,
+    ``retrieval.prefetch_k``)."""
+
+    method: FusionMethod = "rrf"
+    prefetch_k: int | None = None
+
+
+@config.when(l1_enabled=True, retrieval_mode="dense")
+def search_request__dense(query: str, query_vector: np.ndarray, retrieve_k: int) -> SearchRequest:
+    """Dense search: the chunks nearest the query's embedding, ``retrieve_k`` wide."""
+    return SearchRequest(query, query_vector, retrieve_k)
+
+
+@config.when(l1_enabled=True, retrieval_mode="sparse")
+def search_request__sparse(
+    query: str, query_vector: np.ndarray, query_sparse_vector: SparseVector, retrieve_k: int
+) -> SearchRequest:
+    """Sparse search: chunks ranked by BM25, ``retrieve_k`` wide (the query vector only scores
+    them: their normalized score stays the dense cosine)."""
+    return SearchRequest(query, query_vector, retrieve_k, mode="sparse", sparse_vector=query_sparse_vector)
+
+
+@config.when(l1_enabled=True, retrieval_mode="hybrid")
+def search_request__hybrid(
+    query: str,
+    query_vector: np.ndarray,
+    query_sparse_vector: SparseVector,
+    retrieve_k: int,
+    hybrid_fusion: HybridFusion,
+) -> SearchRequest:
+    """Hybrid search: a dense and a sparse prefetch fused inside the store, ``retrieve_k`` wide."""
+    return SearchRequest(
+        query,
+        query_vector,
+        retrieve_k,
+        mode="hybrid",
+        sparse_vector=query_sparse_vector,
+        fusion=hybrid_fusion.method,
+        prefetch_k=hybrid_fusion.prefetch_k,
+    )
+
+
 def _is_usable(hit: SearchHit, min_evidence_score: float) -> bool:
     return hit.normalized_score >= min_evidence_score and bool(hit.content.strip())
 
@@ -109,25 +163,23 @@ def _search_one(
 
 @config.when_not(l1_enabled=False)
 def l1_searches(
-    query: str,
-    query_vector: np.ndarray,
+    search_request: SearchRequest,
     category_filter: str | None,
     search_port: KnowledgeSearchPort,
-    retrieve_k: int,
     min_evidence_score: float,
     fallback_enabled: bool = True,
 ) -> list[SearchAttempt]:
-    """The L1 searches, ``retrieve_k`` wide: with a filter (and the fallback on) the filtered
-    search and its unfiltered companion as one batched request; else the one search.
+    """The L1 searches: with a filter (and the fallback on) the filtered search and its
+    unfiltered companion as one batched request; else the one search.
 
     When the batch raises, the searches are retried alone to find the one that fails: first the
     unfiltered one (when it works, the filtered search carries the batch's error), then, only if
     that fails too, the filtered one.
     """
-    filtered = SearchRequest(query, query_vector, retrieve_k, category_filter)
+    filtered = replace(search_request, category=category_filter)
     if category_filter is None or not fallback_enabled:
         return [_search_one(filtered, search_port, min_evidence_score)]
-    unfiltered = SearchRequest(query, query_vector, retrieve_k, None)
+    unfiltered = replace(search_request, category=None)
     try:
         filtered_found, unfiltered_found = search_port.search_batch([filtered, unfiltered])
     except Exception as exc:

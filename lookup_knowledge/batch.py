@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.tool import (
     KnowledgeTool,
@@ -98,8 +99,21 @@ def _prefetch(
 ) -> dict[int, dict[str | None, list[SearchHit]]]:
     """One batched search for the requests known in advance: pinned filter, and unfiltered."""
     keys = [(i, category) for i in inputs for category in dict.fromkeys([filters[i], None])]
-    width = tool.config.retrieval.effective_retrieve_k
-    requests = [SearchRequest(inputs[i]["query"], vectors[i], width, c) for i, c in keys]
+    settings = tool.config.retrieval
+    sparse = {i: bm25_encoder().embed_query(inputs[i]["query"]) for i in inputs if settings.mode != "dense"}
+    requests = [
+        SearchRequest(
+            inputs[i]["query"],
+            vectors[i],
+            settings.effective_retrieve_k,
+            c,
+            mode=settings.mode,
+            sparse_vector=sparse.get(i),
+            fusion=settings.fusion,
+            prefetch_k=settings.prefetch_k,
+        )
+        for i, c in keys
+    ]
     try:
         answers = tool.search_port.search_batch(requests)
     except Exception:  # a failing batch is retried live, per query, where the DAG traces errors

@@ -49,8 +49,15 @@ class EvidenceBlock(ContractModel):
     category: str | None
     retrieval_layer: Literal["L1"] = "L1"
     content: str
-    score: float | None
-    normalized_score: float
+    score: float | None = Field(
+        description="what the store ranked by: cosine (dense), BM25 (sparse) or fused score (hybrid)"
+    )
+    normalized_score: float = Field(description="the dense cosine clipped to [0, 1], in every mode")
+    dense_score: float | None = Field(None, description="the dense cosine similarity")
+    sparse_score: float | None = Field(
+        None, description="the BM25 score; null when not among the sparse search's top hits (or dense mode)"
+    )
+    fused_score: float | None = Field(None, description="the fused score (hybrid mode)")
     rerank_score: float
     rank: int
     hit_reasons: list[str]
@@ -150,6 +157,10 @@ class InvocationRecordStatus(ContractModel):
 
 
 class RetrievalTrace(ContractModel):
+    retrieval_mode: Literal["dense", "sparse", "hybrid"] = "dense"
+    fusion: Literal["rrf", "dbsf"] | None = Field(
+        None, description="hybrid mode: how the searches were fused"
+    )
     l0_hints: L0Hints
     category_filter: str | None
     attempts: list[AttemptTrace]
@@ -178,8 +189,13 @@ class RerankEntry(ContractModel):
     rank: int
     evidence_key: str
     source: str | None
-    base_score: float | None
+    base_score: float | None = Field(description="the store's score: cosine, BM25 or fused")
     normalized_score: float
+    rank_score: float | None = Field(
+        None,
+        description="what the rerank weighs: the normalized score (dense), else the base score as a "
+        "share of the search's best",
+    )
     final_score: float
     boosts: list[BoostContribution]
 

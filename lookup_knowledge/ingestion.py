@@ -1,4 +1,4 @@
-"""Ingestion: source documents -> chunks -> embeddings -> search store + L0 index.
+"""Ingestion: source documents -> chunks -> dense embeddings + BM25 vectors -> search store + L0 index.
 
 Idempotent and atomic per document: point ids derive from the evidence key and the document's
 content hash, and every chunk carries that hash and its version's chunk count. A document is
@@ -35,6 +35,7 @@ from lookup_knowledge.adapters.search import (
     StoredDocument,
     evidence_key,
 )
+from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
 from lookup_knowledge.chunking import Chunk, chunk_document
 from lookup_knowledge.config import Config
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
@@ -167,9 +168,16 @@ def _write(
                 for chunk in chunks[doc.doc_id]
             ]
             vectors = embedder.embed_documents([p.chunk.embedding_text for p in pending])
-            written = [StoredChunk(v, _payload(p)) for p, v in zip(pending, vectors, strict=True)]
+            sparse = [bm25_encoder().embed_document(_sparse_text(p)) for p in pending]
+            written = [
+                StoredChunk(v, _payload(p), s) for p, v, s in zip(pending, vectors, sparse, strict=True)
+            ]
             store.write_documents(written)
             bar.advance(task, len(pending))
+
+
+def _sparse_text(pending: _PendingChunk) -> str:
+    return sparse_text(pending.doc.title, pending.chunk.breadcrumb, pending.chunk.content)
 
 
 def _mean_length(chunks: list[Chunk]) -> float:
@@ -267,7 +275,7 @@ def document_hash(doc: SourceDocument, config: Config, model_name: str) -> str:
     """Content hash of a document and everything that shapes its chunks and vectors."""
     fingerprint = [
         doc.source, doc.title, doc.body, doc.format, doc.categories, doc.keywords, doc.entities,
-        doc.description, doc.doc_type, config.ingest.chunk_chars, model_name,
+        doc.description, doc.doc_type, config.ingest.chunk_chars, model_name, SPARSE_INDEX,
     ]  # fmt: skip
     return hashlib.sha256(json.dumps(fingerprint, ensure_ascii=False).encode()).hexdigest()[:32]
 

@@ -14,7 +14,7 @@ from typing import Any
 from hamilton import driver
 from hamilton.lifecycle import NodeExecutionHook, ResultBuilder
 
-from lookup_knowledge.config import Config
+from lookup_knowledge.config import Config, RetrievalConfig
 from lookup_knowledge.contract import LookupResult, NodeTiming
 from lookup_knowledge.dataflows import (
     context,
@@ -23,14 +23,20 @@ from lookup_knowledge.dataflows import (
     result,
     retrieval,
 )
-from lookup_knowledge.dataflows.retrieval import FallbackPolicy
+from lookup_knowledge.dataflows.retrieval import FallbackPolicy, HybridFusion
 
 DATAFLOW_MODULES = (query_understanding, retrieval, postprocessing, context, result)
 FINAL_NODE = "lookup_result"
-VARIANTS: dict[str, dict[str, bool]] = {
-    "default": {"l0_enabled": True, "l1_enabled": True},
-    "l1_disabled": {"l0_enabled": True, "l1_enabled": False},
-    "l0_disabled": {"l0_enabled": False, "l1_enabled": True},
+DEFAULT_MODE = RetrievalConfig().mode
+VARIANTS: dict[str, dict[str, bool | str]] = {
+    "default": {"l0_enabled": True, "l1_enabled": True, "retrieval_mode": DEFAULT_MODE},
+    **{
+        mode: {"l0_enabled": True, "l1_enabled": True, "retrieval_mode": mode}
+        for mode in ("dense", "sparse", "hybrid")
+        if mode != DEFAULT_MODE
+    },
+    "l1_disabled": {"l0_enabled": True, "l1_enabled": False, "retrieval_mode": DEFAULT_MODE},
+    "l0_disabled": {"l0_enabled": False, "l1_enabled": True, "retrieval_mode": DEFAULT_MODE},
 }
 
 
@@ -69,12 +75,16 @@ class TracedLookupResult(ResultBuilder):
         return lookup.model_copy(update={"retrieval_trace": trace})
 
 
-def dataflow_config(config: Config) -> dict[str, bool]:
+def dataflow_config(config: Config) -> dict[str, bool | str]:
     """The Hamilton config that selects the DAG variant."""
-    return {"l0_enabled": config.l0.enabled, "l1_enabled": config.l1.enabled}
+    return {
+        "l0_enabled": config.l0.enabled,
+        "l1_enabled": config.l1.enabled,
+        "retrieval_mode": config.retrieval.mode,
+    }
 
 
-def build_driver(hamilton_config: dict[str, bool], *adapters: Any) -> driver.Driver:
+def build_driver(hamilton_config: dict[str, bool | str], *adapters: Any) -> driver.Driver:
     """A driver over the dataflow modules for one variant, with the given lifecycle adapters
     (a ``ResultBuilder`` among them decides what ``execute`` returns; default: a dict)."""
     return (
@@ -113,6 +123,7 @@ def settings_inputs(config: Config) -> dict[str, Any]:
             score_ratio=retrieval_config.fallback_score_ratio,
             reference_threshold=retrieval_config.reference_threshold,
         ),
+        "hybrid_fusion": HybridFusion(retrieval_config.fusion, retrieval_config.prefetch_k),
         "min_evidence_score": retrieval_config.min_evidence_score,
         "relative_evidence_floor": retrieval_config.relative_evidence_floor,
         "max_chunks_per_document": retrieval_config.max_chunks_per_document,

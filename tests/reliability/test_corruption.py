@@ -42,7 +42,7 @@ def run(*args: str) -> tuple[int, str, str]:
 
 def test_garbage_in_the_vector_file_gives_retrieval_failed(small_store: Config, embedder) -> None:
     [vectors] = (small_store.store.path / small_store.store.collection).rglob(
-        "vector_storage/vectors/chunk_0.mmap"
+        "vector_storage-dense/vectors/chunk_0.mmap"
     )
     with vectors.open("r+b") as handle:
         handle.write(np.full(8 * 384, 1e30, dtype=np.float32).tobytes())  # huge finite values
