@@ -21,6 +21,7 @@ from .search import (
     DOC_ID_FIELD,
     RRF_K,
     SPARSE_VECTOR,
+    TIE_SLACK,
     VERSION_FIELDS,
     KnowledgeStore,
     ScoredPoints,
@@ -135,9 +136,9 @@ class QdrantClientStore(KnowledgeStore):
         for request in requests:
             rows = [(p.id, p.score, p.payload, p.vector) for p in next(responses).points]
             if request.mode == "hybrid":
-                dense_ids = [p.id for p in next(responses).points]
+                dense = [(p.id, p.score) for p in next(responses).points]
                 sparse = [(p.id, p.score) for p in next(responses).points]
-                found.append(ScoredPoints(request).hits(rows, dense_ids, sparse))
+                found.append(ScoredPoints(request).hits(rows, dense, sparse))
             else:
                 found.append(ScoredPoints(request).hits(rows))
         return found
@@ -214,7 +215,7 @@ def _queries(request: SearchRequest) -> list[models.QueryRequest]:
                 query=sparse,
                 using=SPARSE_VECTOR,
                 filter=where,
-                limit=request.top_k,
+                limit=request.top_k + TIE_SLACK,
                 with_payload=True,
                 with_vector=vectors,
             )
@@ -231,7 +232,7 @@ def _queries(request: SearchRequest) -> list[models.QueryRequest]:
             models.Prefetch(query=sparse, using=SPARSE_VECTOR, filter=where, limit=width),
         ],
         query=fusion,
-        limit=request.top_k,
+        limit=request.top_k + TIE_SLACK,
         with_payload=True,
         with_vector=vectors,
     )

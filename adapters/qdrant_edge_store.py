@@ -20,6 +20,7 @@ from .search import (
     DOC_ID_FIELD,
     RRF_K,
     SPARSE_VECTOR,
+    TIE_SLACK,
     VERSION_FIELDS,
     KnowledgeStore,
     ScoredPoints,
@@ -115,9 +116,9 @@ class QdrantEdgeStore(KnowledgeStore):
         for request in requests:
             rows = [(p.id, p.score, p.payload, p.vector) for p in next(results)]
             if request.mode == "hybrid":
-                dense_ids = [p.id for p in next(results)]
+                dense = [(p.id, p.score) for p in next(results)]
                 sparse = [(p.id, p.score) for p in next(results)]
-                found.append(ScoredPoints(request).hits(rows, dense_ids, sparse))
+                found.append(ScoredPoints(request).hits(rows, dense, sparse))
             else:
                 found.append(ScoredPoints(request).hits(rows))
         return found
@@ -203,12 +204,16 @@ def _queries(request: SearchRequest) -> list[qe.QueryRequest]:
     vectors = [DENSE_VECTOR, SPARSE_VECTOR]
     if request.mode == "sparse":
         ranked = qe.QueryRequest(
-            limit=request.top_k, query=sparse, filter=where, with_payload=True, with_vector=vectors
+            limit=request.top_k + TIE_SLACK,
+            query=sparse,
+            filter=where,
+            with_payload=True,
+            with_vector=vectors,
         )
         return [ranked]
     width = request.prefetch_width
     fused = qe.QueryRequest(
-        limit=request.top_k,
+        limit=request.top_k + TIE_SLACK,
         prefetches=[
             qe.Prefetch(width, query=dense, filter=where),
             qe.Prefetch(width, query=sparse, filter=where),

@@ -35,6 +35,7 @@ SPARSE_VECTOR = "bm25"
 RetrievalMode = Literal["dense", "sparse", "hybrid"]
 FusionMethod = Literal["rrf", "dbsf"]
 RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.; Qdrant's and Elasticsearch's default)
+TIE_SLACK = 8  # extra sparse/hybrid hits fetched so equal scores are cut by point id, not by chance
 
 _COSINE_BOUND = 1.0 + 1e-3  # float32 rounding lets a cosine similarity exceed 1 slightly
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
@@ -338,24 +339,29 @@ class ScoredPoints:
     def hits(
         self,
         points: Sequence[Point],
-        dense_ids: Sequence[Any] = (),
+        dense_points: Sequence[tuple[Any, float]] = (),
         sparse_points: Sequence[tuple[Any, float]] = (),
     ) -> list[SearchHit]:
-        """(point id, score, payload, named vectors) per point -> hits, in the store's order;
-        a hybrid search also passes the ids its dense companion found and the (id, score) of its
-        sparse companion, best first."""
+        """(point id, score, payload, named vectors) per point -> hits, best first; a hybrid
+        search also passes the (id, score) its dense and sparse companions found.
+
+        BM25 and rank-fusion scores tie often (two hits first in one search and second in the
+        other); the engine breaks ties by chance, so equal scores are ordered by point id here,
+        among ``top_k`` + :data:`TIE_SLACK` fetched, before the cut to ``top_k``.
+        """
         mode = self.request.mode
         if mode == "dense":
             return [
                 hit_from_payload(pid, score, payload, dense_rank=rank)
                 for rank, (pid, score, payload, _) in enumerate(points, start=1)
             ]
+        points = _untied(points)[: self.request.top_k]
         if not points:
             return []
         if mode == "sparse":
             sparse_points = [(pid, score) for pid, score, *_ in points]
-        dense_places = {str(pid): rank for rank, pid in enumerate(dense_ids, start=1)}
-        sparse_places = {str(pid): (rank, score) for rank, (pid, score) in enumerate(sparse_points, start=1)}
+        dense_places = {str(p[0]): rank for rank, p in enumerate(_untied(dense_points), start=1)}
+        sparse_places = {str(p[0]): (rank, p[1]) for rank, p in enumerate(_untied(sparse_points), start=1)}
         dense = np.stack([np.asarray(vectors[DENSE_VECTOR], dtype=np.float32) for *_, vectors in points])
         cosines = (dense @ self._query).tolist()
         hits = []
@@ -375,3 +381,8 @@ class ScoredPoints:
                 )
             )
         return hits
+
+
+def _untied(points: Sequence[Any]) -> list[Any]:
+    """Points (id, score, ...) best first, equal scores (to 6 decimals) by point id."""
+    return sorted(points, key=lambda p: (-round(p[1], 6), str(p[0])))

@@ -231,10 +231,10 @@ def main() -> int:
     started = time.perf_counter()
     embedder = CachedEmbedder(build_embedder(load_config()), args.cache / "embeddings")
     corpora = {
-        "classic-dev": (DATA / "classic-dev", args.cache / "classic-dev"),
+        "classic-dev": (DATA / "classic-dev", args.cache / "classic-dev-bm25"),
         "classic-dev + SciFact (science)": (
             classic_scifact_mix(args.cache),
-            args.cache / "mix-classic-scifact-store",
+            args.cache / "mix-classic-scifact-bm25",
         ),
     }
     results: dict[str, Any] = {

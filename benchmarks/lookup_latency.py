@@ -1,7 +1,9 @@
 """Warm single-call lookup latency on SciFact, broken down per stage, next to the bare floor.
 
-The floor is the same model's ``encode`` of the query plus one direct Qdrant Edge search on the
-same shard. Each query runs floor-then-lookup back to back, so both see the same machine load.
+The floor is the same model's ``encode`` of the query plus one direct dense Qdrant Edge search on
+the same shard. Each query runs floor, lookup (configured mode, hybrid by default) and a dense-mode
+lookup back to back, so all three see the same machine load: the hybrid cost is the lookup's p50
+over the floor's (target < 1.2x) next to the dense lookup's.
 
     python benchmarks/lookup_latency.py [--store DIR] [--limit N] [--rounds R] [--out FILE.json]
 """
@@ -17,11 +19,14 @@ import time
 from pathlib import Path
 
 import qdrant_edge as qe
+from corpora import CachedEmbedder
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
+from lookup_knowledge.adapters.search import DENSE_VECTOR
+from lookup_knowledge.stores import build_embedder
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
 SEARCH_NODES = {"l1_searches"}  # the filtered + unfiltered batch, or the one search
@@ -43,7 +48,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--store", type=Path, default=Path("benchmarks/.cache/scifact"))
+    parser.add_argument("--store", type=Path, default=Path("benchmarks/.cache/scifact-bm25"))
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help="passes over the queries")
@@ -55,7 +60,8 @@ def main() -> int:
     console = Console()
     config = load_config(overrides={"store.path": str(args.store)})
     console.print(f"ingesting {DATA} into {args.store} (skips unchanged documents) ...")
-    report = ingest(DATA, config, progress=console.is_terminal)
+    cached = CachedEmbedder(build_embedder(config), Path("benchmarks/.cache/embeddings"))
+    report = ingest(DATA, config, progress=console.is_terminal, embedder=cached)
     console.print(f"{report.documents} documents, {report.points_in_store} chunks, {report.seconds:.0f} s")
     queries = test_queries(args.limit)
 
@@ -70,15 +76,29 @@ def main() -> int:
             start = time.perf_counter()
             vector = encoder.encode([text], 64)[0]
             encoded = time.perf_counter()
-            shard.query(qe.QueryRequest(limit=k, query=qe.Query.Nearest(vector.tolist()), with_payload=True))
+            nearest = qe.Query.Nearest(vector.tolist(), DENSE_VECTOR)
+            shard.query(qe.QueryRequest(limit=k, query=nearest, with_payload=True))
             return (encoded - start) * 1000, (time.perf_counter() - start) * 1000
+
+        dense = KnowledgeTool(
+            load_config(overrides={"store.path": str(args.store), "retrieval.mode": "dense"}),
+            search_port=tool.search_port,
+            embedder=tool.embedder,
+            l0_index=tool.l0_index,
+        )
+
+        def dense_lookup(text: str) -> float:
+            start = time.perf_counter()
+            dense.lookup(text)
+            return (time.perf_counter() - start) * 1000
 
         for text in queries[: args.warmup]:
             floor(text)
             tool.lookup(text)
+            dense_lookup(text)
         per_node: dict[str, list[float]] = {}
         stages = ["floor_encode", "floor", "total", "embedding", "search", "postprocessing"]
-        rows: dict[str, list[float]] = {name: [] for name in [*stages, "hamilton_overhead"]}
+        rows: dict[str, list[float]] = {name: [] for name in [*stages, "hamilton_overhead", "dense_lookup"]}
         # Progress is redrawn between lookups, never from a refresh thread that would compete for
         # the GIL and the second core while a lookup is being timed.
         progress = Progress(console=console, auto_refresh=False)
@@ -96,10 +116,11 @@ def main() -> int:
             for name, ms in nodes.items():
                 per_node.setdefault(name, []).append(ms)
             rows["total"].append(total)
-            rows["embedding"].append(nodes["query_vector"])
+            rows["embedding"].append(nodes["query_vector"] + nodes.get("query_sparse_vector", 0.0))
             rows["search"].append(sum(ms for n, ms in nodes.items() if n in SEARCH_NODES))
             rows["postprocessing"].append(sum(ms for n, ms in nodes.items() if n in POSTPROCESSING_NODES))
             rows["hamilton_overhead"].append(total - sum(nodes.values()))
+            rows["dense_lookup"].append(dense_lookup(text))
         progress.update(task, completed=len(queries) * args.rounds, refresh=True)
         progress.stop()
         other = [
@@ -129,8 +150,10 @@ def main() -> int:
     post_plus_hamilton_p50 = summary["postprocessing_plus_hamilton"]["p50_ms"]
     target_post = post_plus_hamilton_p50 < 2.0
     share = post_plus_hamilton_p50 / summary["floor"]["p50_ms"]  # side by side: robust to machine speed
+    dense_ratio = summary["dense_lookup"]["p50_ms"] / summary["floor"]["p50_ms"]
     console.print(
-        f"end-to-end p50 / floor p50 = {ratio:.2f} (target < 1.5: {'met' if ratio < 1.5 else 'MISSED'}); "
+        f"{config.retrieval.mode} lookup p50 / dense floor p50 = {ratio:.2f} (target < 1.2: "
+        f"{'met' if ratio < 1.2 else 'MISSED'}); dense lookup p50 / floor p50 = {dense_ratio:.2f}; "
         f"post-processing + Hamilton p50 < 2 ms: {'met' if target_post else 'MISSED'} "
         f"({share:.1%} of the floor p50)"
     )
@@ -143,7 +166,10 @@ def main() -> int:
                 "chunks": report.points_in_store,
                 "stages": summary,
                 "nodes_p50_ms": {name: statistics.median(v) for name, v in per_node.items()},
+                "mode": config.retrieval.mode,
+                "fusion": config.retrieval.fusion,
                 "end_to_end_over_floor_p50": ratio,
+                "dense_lookup_over_floor_p50": dense_ratio,
                 "postprocessing_plus_hamilton_over_floor_p50": share,
                 "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
             },

@@ -209,7 +209,8 @@ def test_retrieve_k_return_n_and_legacy_top_k_precedence(
     return_n,
 ):
     port = FaultySearchPort(sample_kb.store)
-    result = as_json(make_tool(sample_kb, embedder, search_port=port, **overrides).lookup(PARCEL_QUERY))
+    no_floor = {"retrieval__relative_evidence_floor": 0, **overrides}
+    result = as_json(make_tool(sample_kb, embedder, search_port=port, **no_floor).lookup(PARCEL_QUERY))
     trace = result["retrievalTrace"]
     assert (trace["retrieveK"], trace["returnN"]) == (width, return_n)
     assert [call.request.top_k for call in port.calls] == [width]
@@ -379,7 +380,7 @@ def test_configured_weights_change_scores_exactly_end_to_end(sample_kb, embedder
         if doc.doc_type == "policy":
             expected["source_type:policy"] = 0.3
         assert boosts == expected
-        assert block["rerankScore"] == pytest.approx(0.5 * block["normalizedScore"] + sum(expected.values()))
+        assert block["rerankScore"] == pytest.approx(0.5 * entry["rankScore"] + sum(expected.values()))
         assert entry["finalScore"] == block["rerankScore"]
     scores = [b["rerankScore"] for b in blocks]
     assert scores == sorted(scores, reverse=True)

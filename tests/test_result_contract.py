@@ -47,6 +47,9 @@ TOP_LEVEL = {
     "message",
 }
 BLOCK_FIELDS = {
+    "denseScore",
+    "sparseScore",
+    "fusedScore",
     "evidenceKey",
     "docId",
     "chunkIndex",

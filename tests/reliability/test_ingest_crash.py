@@ -73,7 +73,8 @@ def write_version(kb: Path, version: int) -> None:
 
 
 def snapshot(config: Config) -> dict[str, Any]:
-    """Every point of the store (id -> payload and rounded vector) and the L0 index's documents."""
+    """Every point of the store (id -> payload, rounded dense vector and BM25 vector) and the L0
+    index's documents."""
     shard = qe.EdgeShard.load(str(config.store.path / config.store.collection))
     points: dict[str, Any] = {}
     offset = None
@@ -82,8 +83,9 @@ def snapshot(config: Config) -> dict[str, Any]:
             request = qe.ScrollRequest(offset=offset, limit=1024, with_payload=True, with_vector=True)
             records, offset = shard.scroll(request)
             for record in records:
-                vector = record.vector[""] if isinstance(record.vector, dict) else record.vector
-                points[str(record.id)] = (record.payload, [round(x, 4) for x in vector])
+                dense, sparse = record.vector["dense"], record.vector["bm25"]
+                bm25 = dict(zip(sparse.indices, [round(x, 4) for x in sparse.values], strict=True))
+                points[str(record.id)] = (record.payload, [round(x, 4) for x in dense], bm25)
             if offset is None:
                 break
     finally:
