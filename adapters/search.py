@@ -60,10 +60,10 @@ class StoreLockedError(StoreUnavailableError):
 class StoreOutdatedError(StoreUnavailableError):
     """The store was built by an older release (dense vectors only, no BM25): ingest again."""
 
-    def __init__(self, where: str, detail: str = "") -> None:
+    def __init__(self, where: str) -> None:
         super().__init__(
             f"the knowledge store at {where} was ingested before hybrid retrieval (it has no BM25 "
-            f"vectors{': ' + detail if detail else ''}); delete it and run `lookup-knowledge ingest` again"
+            "vectors); delete it and run `lookup-knowledge ingest` again"
         )
 
 
@@ -155,8 +155,10 @@ class SearchHit:
     ``score`` is what the store ranked by: the cosine (dense), the BM25 score (sparse) or the
     fused score (hybrid). ``normalized_score`` is always the dense cosine clipped to [0, 1], in
     every mode, so the fallback decision, ``min_evidence_score`` and the relevance level read
-    one calibrated scale. ``sparse_score`` is ``None`` when the hit was not among the sparse
-    search's top ``prefetch_k``.
+    one calibrated scale. ``dense_rank`` and ``sparse_rank`` are the hit's places (from 1) in
+    the dense and the sparse search; they and ``sparse_score`` are ``None`` when that search did
+    not rank it in its top ``prefetch_k``. ``matched_terms``: the query terms the hit's BM25
+    vector holds (sparse, hybrid).
     """
 
     point_id: str

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from corpora import CachedEmbedder
+from corpora import CachedEmbedder, classic_scifact_mix
 from rich.console import Console
 from rich.table import Table
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
+from lookup_knowledge.adapters.corpus import read_corpus
+from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.eval_data import beir_to_parquet, load_eval_queries, load_qrels, relevance
 from lookup_knowledge.evaluation import evaluate
 from lookup_knowledge.stores import build_embedder
@@ -187,6 +190,48 @@ def classic(cache: Path) -> dict[str, dict]:
         }
 
 
+def mix(cache: Path) -> dict[str, dict]:
+    """The second mix (classic-dev + SciFact as ``science``): each mode, no filter."""
+    folder = classic_scifact_mix(cache).resolve()
+    queries = beir_queries(folder)
+    qrels = relevance(queries, load_qrels(folder / "qrels.tsv"))
+    tool, base = prepared_tool(folder, cache, "mix-classic-scifact-bm25", cached_vectors=True)
+    with tool:
+        return {
+            f"{name}, no filter": run(tool, base, {**mode, **DEPTH, "l0.enabled": False}, queries, qrels)
+            for name, mode in MODES.items()
+        }
+
+
+def hugo_timings(cache: Path, queries: int = 200) -> dict[str, Any]:
+    """hugo-docs (markdown, no judgments): ingest time and warm lookup latency per mode, the
+    queries being the first documents' titles."""
+    tool, base = prepared_tool("hugo-docs", cache, "hugo-docs-bm25", cached_vectors=True)
+    documents = read_corpus(DATA / "hugo-docs").documents
+    titles = [doc.title for doc in documents if doc.title][:queries]
+    chunks = sum(len(chunk_document(doc, tool.config.ingest.chunk_chars)) for doc in documents)
+    timings: dict[str, Any] = {"queries": len(titles), "chunks": chunks}
+    with tool:
+        tools = {
+            name: KnowledgeTool(
+                load_config(overrides={**base, **mode}),
+                search_port=tool.search_port, embedder=tool.embedder, l0_index=tool.l0_index,
+            )
+            for name, mode in MODES.items()
+        }  # fmt: skip
+        elapsed: dict[str, list[float]] = {name: [] for name in tools}
+        for title in titles[:20]:  # warm-up
+            for variant in tools.values():
+                variant.lookup(title)
+        for title in titles:  # modes side by side per query: the same machine load
+            for name, variant in tools.items():
+                started = time.perf_counter()
+                variant.lookup(title)
+                elapsed[name].append((time.perf_counter() - started) * 1000)
+    timings["lookup_p50_ms"] = {name: statistics.median(ms) for name, ms in elapsed.items()}
+    return timings
+
+
 def print_table(title: str, rows: dict[str, dict]) -> None:
     table = Table(title=title)
     for column in ("run", "nDCG@10", "recall@10", "MRR@10", "fallback rate", "q/s"):
@@ -207,6 +252,7 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"| {n} | {scores} | {r['fallback_rate']:.3f} |")
         return out
 
+    hugo = results["hugo-docs"]
     lines = [
         "# Retrieval quality",
         "",
@@ -227,8 +273,88 @@ def markdown(results: dict[str, Any]) -> str:
         "unfiltered nDCG@10 (target: at least 95%); without it, "
         f"{results['no_fallback_recovery']:.1%}.",
         "",
+        "## classic-dev + SciFact mix (714 judged queries, 5 domains; `benchmarks/corpora.py`)",
+        "",
+        *rows(results["mix"]),
+        "",
+        "## hugo-docs timings (markdown, no judgments)",
+        "",
+        f"{hugo['chunks']} chunks; warm lookup p50 over {hugo['queries']} queries (document titles), "
+        "the modes side by side per query: "
+        + ", ".join(f"{name} {ms:.1f} ms" for name, ms in hugo["lookup_p50_ms"].items())
+        + ".",
+        "",
+        *hybrid_notes(results),
     ]
     return "\n".join(lines)
+
+
+def hybrid_notes(results: dict[str, Any]) -> list[str]:
+    """How hybrid retrieval works and why it is the default, with this run's figures."""
+
+    def ndcg(block: str, run: str) -> float:
+        return results[block][run]["ndcg@10"]
+
+    sci = {m: ndcg("scifact", f"{m}, default pipeline") for m in MODES}
+    cla = {m: ndcg("classic-dev", f"{m}, no filter") for m in MODES}
+    mixed = {m: ndcg("mix", f"{m}, no filter") for m in MODES}
+    best = max(results["scifact"].items(), key=lambda item: item[1]["ndcg@10"])
+    return [
+        "## Dense, sparse and hybrid retrieval",
+        "",
+        "`retrieval.mode` picks the search: `dense` (MiniLM cosine), `sparse` (BM25) or `hybrid` "
+        "(default). At ingest every chunk gets a BM25 vector of its title, breadcrumb and text "
+        "(`lookup_knowledge/adapters/sparse.py`: Qdrant Edge's own BM25 tokenizer with English "
+        "stemming and English + Chinese stopwords; Chinese, Japanese and Korean runs indexed as "
+        "their characters and overlapping pairs, so a Chinese query matches a Chinese chunk by its "
+        "words; codes such as `INV-48213` keep their parts), stored as the named sparse vector "
+        "`bm25` with `Modifier.IDF`, so the store keeps IDF right as documents come and go. The "
+        "qdrant-client adapter computes the same vectors client-side and a server applies IDF the "
+        "same way; both adapters pass one contract suite with the same rankings "
+        "(`tests/test_hybrid.py`). A hybrid search is one query: a dense and a sparse prefetch, "
+        "each `prefetch_k` wide (default `retrieve_k`), both under the category filter, fused by "
+        "the store (`retrieval.fusion`: `rrf`, k = 60, or `dbsf`).",
+        "",
+        "Scores. Each hit keeps `denseScore` (cosine), `sparseScore` (BM25, when the sparse "
+        "search ranked it in its top `prefetch_k`) and `fusedScore`; `score` is what the store "
+        "ranked by. `normalizedScore` keeps its documented meaning in every mode: the dense cosine "
+        "clipped to [0, 1], read from each hit's stored dense vector. The fallback decision, "
+        "`min_evidence_score` and the relevance level read it, so they stay calibrated: a fused "
+        "score is rank-based (RRF gives every query's best hit about 1/60 + 1/60), so filtered and "
+        "unfiltered tops would always look alike. Post-processing orders and reranks by the store's "
+        "order: the rerank adds its boosts to the score as a share of the search's best (the "
+        "rerank trace shows the fused base score and that share as `rankScore`); the relative "
+        "evidence floor cuts a hit only when it is below the floor on its dense score and on its "
+        "sparse score. Hit reasons name each search that found a hit and its place: "
+        "`vector:dense rank 2`, `vector:sparse rank 1 (refund, 500)` (matched terms, at most 8), "
+        "`fused rank 1 (rrf)`.",
+        "",
+        f"Why hybrid is the default: it measures better than dense on every judged dataset here "
+        f"(nDCG@10 at depth 10): SciFact {sci['hybrid, RRF']:.4f} vs {sci['dense']:.4f}, classic-dev "
+        f"{cla['hybrid, RRF']:.4f} vs {cla['dense']:.4f}, and on the second mix "
+        f"{mixed['hybrid, RRF']:.4f} vs {mixed['dense']:.4f}. BM25 alone is above dense on SciFact "
+        f"({sci['sparse (BM25)']:.4f}) and below it on classic-dev ({cla['sparse (BM25)']:.4f}); "
+        "their fusion beats both everywhere. RRF stays the default fusion: DBSF is within "
+        f"±0.003 of it on each set (SciFact {sci['hybrid, DBSF']:.4f}, classic-dev "
+        f"{cla['hybrid, DBSF']:.4f}, mix {mixed['hybrid, DBSF']:.4f}) and RRF needs no score "
+        "distribution to be meaningful on small or filtered result lists.",
+        "",
+        f"SciFact target (nDCG@10 >= 0.74 with the default pipeline at depth 10): not met. The "
+        f"default reaches {sci['hybrid, RRF']:.4f}; the best variant measured, {best[0]}, "
+        f"{best[1]['ndcg@10']:.4f}. The steps in the table above: fusion +0.06 over dense; DBSF "
+        "+0.003; one chunk per document +0.006 (ten distinct abstracts instead of pairs of "
+        "chunks; the product keeps 2 per document for agents); a 50-wide prefetch helps DBSF and "
+        "hurts RRF. Tried in one-off runs on the same store and not adopted: RRF weights "
+        "(dense 1, sparse 1.5: 0.7169; 1.5/1: 0.7104, both with one chunk per document against "
+        "0.7185 unweighted), RRF k = 20 (0.7186), BM25 `avg_len` 100 (0.7148) or k1 0.9 / b 0.4 "
+        "(0.7193), document-level aggregation of chunk scores (sum: 0.668 RRF / 0.703 DBSF; max "
+        "+ a quarter of the rest: 0.677 / 0.719; max, what the pipeline does: 0.715 / 0.719) and "
+        "each chunk's BM25 vector made of its whole document (0.7170 RRF, 0.7236 DBSF), the "
+        "title counted twice in BM25 (0.7105 RRF, 0.7197 DBSF with one chunk per document). The gap "
+        "to the 0.734 of the engine's fusion over whole abstracts is chunking: a long abstract "
+        "is two or three chunks, each scored on part of the text by both searches.",
+        "",
+    ]
 
 
 def main() -> int:
@@ -240,14 +366,23 @@ def main() -> int:
         "--backends", type=int, metavar="DOCS", default=None,
         help="only compare embedding backends on a SciFact sample of DOCS abstracts (judged ones included)",
     )  # fmt: skip
+    parser.add_argument("--from-json", action="store_true", help="rewrite the doc from --out")
     args = parser.parse_args()
+    if args.from_json:
+        write_doc(args.doc, json.loads(args.out.read_text()))
+        return 0
     if not DATA.is_dir():
         print(f"skipped: {DATA} not found (benchmark data lives in ../shared/data)")
         return 0
     if args.backends:
         return compare_backends(args.cache, args.backends, args.out.with_name("quality_backends.json"))
     started = time.perf_counter()
-    results: dict[str, Any] = {"scifact": scifact(args.cache), "classic-dev": classic(args.cache)}
+    results: dict[str, Any] = {
+        "scifact": scifact(args.cache),
+        "classic-dev": classic(args.cache),
+        "mix": mix(args.cache),
+        "hugo-docs": hugo_timings(args.cache),
+    }
     cla = results["classic-dev"]
     unfiltered = cla["no filter"]["ndcg@10"]
     results["fallback_recovery"] = cla["wrong category pinned, fallback on"]["ndcg@10"] / unfiltered
@@ -255,17 +390,24 @@ def main() -> int:
     results["seconds"] = time.perf_counter() - started
     print_table("SciFact", results["scifact"])
     print_table("classic-dev", cla)
+    print_table("classic-dev + SciFact mix", results["mix"])
+    console.print(f"hugo-docs lookup p50 ms per mode: {results['hugo-docs']['lookup_p50_ms']}")
     console.print(
         f"fallback recovery under a wrong filter: {results['fallback_recovery']:.1%} (target >= 95%)"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
-    args.doc.parent.mkdir(parents=True, exist_ok=True)
-    kept = args.doc.read_text(encoding="utf-8").partition(FALLBACK_SECTION)[2] if args.doc.is_file() else ""
-    fallback = f"\n{FALLBACK_SECTION}{kept}" if kept else ""  # written by benchmarks/fallback_quality.py
-    args.doc.write_text(markdown(results) + fallback, encoding="utf-8")
+    write_doc(args.doc, results)
     console.print(f"wrote {args.out} and {args.doc}")
     return 0
+
+
+def write_doc(doc: Path, results: dict[str, Any]) -> None:
+    """docs/quality.md from ``results``, keeping the fallback section benchmarks/fallback_quality.py wrote."""
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    kept = doc.read_text(encoding="utf-8").partition(FALLBACK_SECTION)[2] if doc.is_file() else ""
+    fallback = f"\n{FALLBACK_SECTION}{kept}" if kept else ""  # written by benchmarks/fallback_quality.py
+    doc.write_text(markdown(results) + fallback, encoding="utf-8")
 
 
 def compare_backends(cache: Path, size: int, out: Path) -> int:
