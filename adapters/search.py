@@ -136,7 +136,7 @@ class SearchRequest:
     category: str | None = None
     mode: RetrievalMode = "dense"
     sparse_vector: SparseVector | None = None
-    fusion: FusionMethod = "rrf"
+    fusion: FusionMethod = "dbsf"
     prefetch_k: int | None = None
 
     def __post_init__(self) -> None:

@@ -94,7 +94,7 @@ class HybridFusion:
     """How a hybrid search fuses its dense and sparse prefetches (``retrieval.fusion``,
     ``retrieval.prefetch_k``)."""
 
-    method: FusionMethod = "rrf"
+    method: FusionMethod = "dbsf"
     prefetch_k: int | None = None
 
 

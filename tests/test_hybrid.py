@@ -175,7 +175,7 @@ def test_every_hit_keeps_its_dense_cosine_as_normalized_score(stores, embedder, 
 @pytest.mark.parametrize("kind", STORE_KINDS)
 def test_hybrid_hits_report_their_fused_score_and_places(stores, embedder, kind) -> None:
     query = "declined card payments refund"
-    hybrid = stores[kind].search(request(embedder, query, "hybrid"))
+    hybrid = stores[kind].search(request(embedder, query, "hybrid", fusion="rrf"))
     dense = [h.doc_id for h in stores[kind].search(request(embedder, query, "dense"))]
     sparse = [h.doc_id for h in stores[kind].search(request(embedder, query, "sparse"))]
     assert [h.score for h in hybrid] == sorted((h.score for h in hybrid), reverse=True)
@@ -278,7 +278,7 @@ def test_each_mode_runs_its_own_search(sample_kb, embedder, mode) -> None:
     result = tool.lookup(REFUND_QUERY)
     trace = result.retrieval_trace
     assert trace.retrieval_mode == mode
-    assert trace.fusion == ("rrf" if mode == "hybrid" else None)
+    assert trace.fusion == ("dbsf" if mode == "hybrid" else None)
     assert result.evidence_blocks[0].doc_id == REFUND_DOC
     executed = [node.name for node in trace.executed_nodes]
     assert ("query_sparse_vector" in executed) == (mode != "dense")
@@ -293,7 +293,7 @@ def test_hybrid_hit_reasons_and_rerank_trace_show_each_signal(sample_kb, embedde
     assert any(r.startswith("vector:dense rank ") for r in reasons)
     sparse = next(r for r in reasons if r.startswith("vector:sparse rank "))
     assert "refund" in sparse and "500" in sparse  # the query terms it matched
-    assert any(r.startswith("fused rank ") and r.endswith("(rrf)") for r in reasons)
+    assert any(r.startswith("fused rank ") and r.endswith("(dbsf)") for r in reasons)
     assert block.fused_score == block.score and block.dense_score is not None
     assert block.normalized_score == pytest.approx(block.dense_score, abs=1e-6)
     entry = result.rerank_trace.entries[0]
