@@ -357,18 +357,21 @@ class ScoredPoints:
                 hit_from_payload(pid, score, payload, dense_rank=rank)
                 for rank, (pid, score, payload, _) in enumerate(points, start=1)
             ]
-        points = _untied(points)[: self.request.top_k]
+        points = _untied([(str(pid), score, payload, vectors) for pid, score, payload, vectors in points])
+        points = points[: self.request.top_k]
         if not points:
             return []
         if mode == "sparse":
             sparse_points = [(pid, score) for pid, score, *_ in points]
-        dense_places = {str(p[0]): rank for rank, p in enumerate(_untied(dense_points), start=1)}
-        sparse_places = {str(p[0]): (rank, p[1]) for rank, p in enumerate(_untied(sparse_points), start=1)}
-        dense = np.stack([np.asarray(vectors[DENSE_VECTOR], dtype=np.float32) for *_, vectors in points])
+        dense_places = {pid: rank for rank, (pid, _) in enumerate(_untied(_str_ids(dense_points)), start=1)}
+        sparse_places = {
+            pid: (rank, score) for rank, (pid, score) in enumerate(_untied(_str_ids(sparse_points)), start=1)
+        }
+        dense = np.array([vectors[DENSE_VECTOR] for *_, vectors in points], dtype=np.float32)
         cosines = (dense @ self._query).tolist()
         hits = []
         for (pid, score, payload, vectors), cosine in zip(points, cosines, strict=True):
-            sparse_rank, sparse_score = sparse_places.get(str(pid), (None, None))
+            sparse_rank, sparse_score = sparse_places.get(pid, (None, None))
             hits.append(
                 hit_from_payload(
                     pid,
@@ -377,7 +380,7 @@ class ScoredPoints:
                     dense_score=cosine,
                     sparse_score=sparse_score,
                     fused_score=score if mode == "hybrid" else None,
-                    dense_rank=dense_places.get(str(pid)),
+                    dense_rank=dense_places.get(pid),
                     sparse_rank=sparse_rank,
                     matched_terms=Bm25Encoder.matched_terms(self._terms, vectors[SPARSE_VECTOR].indices),
                 )
@@ -386,5 +389,9 @@ class ScoredPoints:
 
 
 def _untied(points: Sequence[Any]) -> list[Any]:
-    """Points (id, score, ...) best first, equal scores (to 6 decimals) by point id."""
-    return sorted(points, key=lambda p: (-round(p[1], 6), str(p[0])))
+    """Points (id as text, score, ...) best first, equal scores (to 6 decimals) by point id."""
+    return sorted(points, key=lambda p: (-round(p[1], 6), p[0]))
+
+
+def _str_ids(points: Sequence[tuple[Any, float]]) -> list[tuple[str, float]]:
+    return [(str(pid), score) for pid, score in points]
