@@ -8,10 +8,10 @@ from typing import Any
 import pandas as pd
 from hamilton.htypes import Collect, Parallelizable
 
-from lookup_knowledge.batch import lookup_many
+from lookup_knowledge.agent.tool import KnowledgeTool
 from lookup_knowledge.config import Config
-from lookup_knowledge.evaluation import pinned_categories, results_frame
-from lookup_knowledge.tool import KnowledgeTool
+from lookup_knowledge.eval.batch import lookup_many
+from lookup_knowledge.eval.evaluation import pinned_categories, results_frame
 
 
 def query_shard(queries: pd.DataFrame, shard_size: int) -> Parallelizable[pd.DataFrame]:

@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.batch import lookup_many
-from lookup_knowledge.cli import app
-from lookup_knowledge.compare import (
+from lookup_knowledge.cli.app import app
+from lookup_knowledge.contract import LookupResult
+from lookup_knowledge.eval.batch import lookup_many
+from lookup_knowledge.eval.compare import (
     BASELINE,
     Variant,
     comparison_table,
@@ -25,16 +26,15 @@ from lookup_knowledge.compare import (
     parse_sweep,
     run_variants,
 )
-from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.eval_data import (
+from lookup_knowledge.eval.data import (
     EvalDataError,
     beir_to_parquet,
     load_eval_queries,
     load_qrels,
     relevance,
 )
-from lookup_knowledge.evaluation import document_ranking, evaluate, filter_headline, per_query_metrics
-from lookup_knowledge.report import write_eval_outputs
+from lookup_knowledge.eval.evaluation import document_ranking, evaluate, filter_headline, per_query_metrics
+from lookup_knowledge.eval.report import write_eval_outputs
 
 QUERIES = [
     ("q-refund", "can I get a refund for downloaded digital goods?", ["refunds"], None),

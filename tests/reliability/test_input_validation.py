@@ -14,12 +14,12 @@ import pytest
 from conftest import make_config
 from mcp import Client
 
-from lookup_knowledge import tool as tool_module
 from lookup_knowledge.adapters.recorder import InvocationRecorder
-from lookup_knowledge.agent import AgentLookup, invocation_db_url
+from lookup_knowledge.agent import tool as tool_module
+from lookup_knowledge.agent.lookup import AgentLookup, invocation_db_url
+from lookup_knowledge.agent.mcp_server import build_server
+from lookup_knowledge.agent.tool import KnowledgeTool, LookupRequest, lookup_request
 from lookup_knowledge.config import ConfigError, load_config
-from lookup_knowledge.mcp_server import build_server
-from lookup_knowledge.tool import KnowledgeTool, LookupRequest, lookup_request
 
 QUERY = "Who must approve a refund above 500 EUR?"
 

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytrec_eval
 
-from lookup_knowledge.batch import lookup_many
+from lookup_knowledge.agent.tool import KnowledgeTool
 from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.eval_data import Qrels
-from lookup_knowledge.tool import KnowledgeTool
+from lookup_knowledge.eval.batch import lookup_many
+from lookup_knowledge.eval.data import Qrels
 
 # trec_eval measure -> reported name
 _MEASURES = {

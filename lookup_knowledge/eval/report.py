@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from lookup_knowledge.config import Config  # noqa: E402
-from lookup_knowledge.evaluation import METRIC_NAMES, EvalRun  # noqa: E402
+from lookup_knowledge.eval.evaluation import METRIC_NAMES, EvalRun  # noqa: E402
 from lookup_knowledge.frames import records  # noqa: E402
 
 WORST_QUERIES = 10

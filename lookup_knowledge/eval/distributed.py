@@ -16,8 +16,8 @@ from hamilton.plugins.h_dask import DaskExecutor
 
 from lookup_knowledge.config import Config
 from lookup_knowledge.dataflows import sharded_eval
-from lookup_knowledge.eval_data import Qrels
-from lookup_knowledge.evaluation import EvalRun, per_query_metrics, summarize
+from lookup_knowledge.eval.data import Qrels
+from lookup_knowledge.eval.evaluation import EvalRun, per_query_metrics, summarize
 
 
 def distributed_evaluate(

@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.tool import (
+from lookup_knowledge.agent.tool import (
     KnowledgeTool,
     LookupRequest,
     lookup_request,
     rejected_result,
 )
+from lookup_knowledge.contract import LookupResult
 
 BATCH_SIZE = 256
 
