@@ -142,7 +142,7 @@ def _with_progress(tool, queries, judgments) -> EvalRun:  # noqa: ANN001
 def _distributed(settings, queries, judgments, address: str) -> EvalRun:  # noqa: ANN001
     from dask.distributed import Client
 
-    from lookup_knowledge.eval.distributed import distributed_evaluate
+    from lookup_knowledge.eval.evaluation import distributed_evaluate
 
     with Client(address) as client:
         return distributed_evaluate(settings, queries, judgments, client)

@@ -1,35 +1,31 @@
-"""Batch evaluation: run eval queries through the lookup DAG, score them with trec_eval measures.
+"""Batch evaluation: the evaluation dataflow run in-process or on Dask, and the filter headline.
 
 >>> run = evaluate(tool, load_eval_queries("queries.parquet"))  # doctest: +SKIP
 >>> run.metrics["overall"]["ndcg@10"]  # doctest: +SKIP
+>>> run = distributed_evaluate(config, queries, qrels, Client("tcp://scheduler:8786"))  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-import numpy as np
 import pandas as pd
-import pytrec_eval
+from hamilton import driver
+from hamilton.execution import executors
 
 from lookup_knowledge.agent.tool import KnowledgeTool
-from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.eval.batch import lookup_many
+from lookup_knowledge.config import Config
+from lookup_knowledge.dataflows import evaluation as evaluation_dataflow
+from lookup_knowledge.eval.batch import BATCH_SIZE, ToolProvider
 from lookup_knowledge.eval.data import Qrels
+from lookup_knowledge.eval.metrics import EVAL_DEPTH, METRIC_NAMES, pinned_categories
 
-# trec_eval measure -> reported name
-_MEASURES = {
-    "ndcg_cut_10": "ndcg@10",
-    "recall_5": "recall@5",
-    "recall_10": "recall@10",
-    "recall_20": "recall@20",
-    "map": "map",
-}
-METRIC_NAMES = [*_MEASURES.values(), "mrr@10"]
+__all__ = ["METRIC_NAMES", "EvalRun", "distributed_evaluate", "evaluate", "filter_headline"]
+EVAL_OUTPUTS = ["results_frame", "per_query_metrics", "eval_metrics"]
 
 
 @dataclass
@@ -53,125 +49,84 @@ def evaluate(
     qrels: Qrels | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> EvalRun:
-    """Run every query through the tool's DAG (batched) and compute metrics against ``qrels``."""
-    pinned = pinned_categories(queries)
-    started = time.perf_counter()
-    results = lookup_many(tool, queries["query"].tolist(), pinned, on_progress)
-    seconds = time.perf_counter() - started
-    qrels = qrels or {}
-    frame = results_frame(queries, results, qrels)
-    per_query = per_query_metrics(frame, qrels)
-    return EvalRun(frame, per_query, summarize(frame, per_query), seconds)
-
-
-def pinned_categories(queries: pd.DataFrame) -> list[str | None]:
-    """Each query's pinned category filter (blank or missing: none, so L0 decides)."""
-    if "category" not in queries.columns:
-        return [None] * len(queries)
-    return [c if isinstance(c, str) and c.strip() else None for c in queries["category"]]
-
-
-def document_ranking(result: LookupResult) -> list[str]:
-    """Doc ids in rank order; a document's rank is the rank of its best chunk."""
-    ids = (block.doc_id or block.evidence_key for block in result.evidence_blocks)
-    return list(dict.fromkeys(ids))
-
-
-def results_frame(queries: pd.DataFrame, results: list[LookupResult], qrels: Qrels) -> pd.DataFrame:
-    """One row per query: status, fallback, ranked evidence with scores, timings, contract JSON."""
-    rows = []
-    for query_id, result in zip(queries["query_id"], results, strict=True):
-        trace = result.retrieval_trace
-        blocks = result.evidence_blocks
-        ranking = document_ranking(result)
-        judged = qrels.get(query_id)
-        rows.append(
-            {
-                "query_id": query_id,
-                "query": result.query,
-                "found": result.found,
-                "evidence_status": result.evidence_status,
-                "fallback_reason": trace.fallback_reason if trace else None,
-                "relevance_level": result.relevance_level,
-                "category_filter": trace.category_filter if trace else None,
-                "evidence_keys": [b.evidence_key for b in blocks],
-                "doc_ids": ranking,
-                "scores": [b.score for b in blocks],
-                "normalized_scores": [b.normalized_score for b in blocks],
-                "rerank_scores": [b.rerank_score for b in blocks],
-                "top_normalized_score": blocks[0].normalized_score if blocks else None,
-                "top_hit_relevant": (judged.get(ranking[0], 0) > 0) if judged and ranking else None,
-                "latency_ms": sum(n.ms for n in trace.executed_nodes) if trace else 0.0,
-                "node_timings_json": json.dumps(
-                    {n.name: n.ms for n in trace.executed_nodes} if trace else {}
-                ),
-                "result_json": json.dumps(result.model_dump(by_alias=True, mode="json"), ensure_ascii=False),
-            }
-        )
-    frame = pd.DataFrame(rows)
-    frame["category"] = pinned_categories(queries)
-    return frame
-
-
-def per_query_metrics(results: pd.DataFrame, qrels: Qrels) -> pd.DataFrame:
-    """trec_eval measures per judged query, at document level."""
-    judged = [qid for qid in results["query_id"] if qid in qrels]
-    if not judged:
-        return pd.DataFrame(columns=["query_id", "category", *METRIC_NAMES])
-    rankings = dict(zip(results["query_id"], results["doc_ids"], strict=True))
-    run = {qid: _as_run(rankings[qid]) for qid in judged}
-    top10 = {qid: _as_run(rankings[qid][:10]) for qid in judged}
-    judgments = {qid: qrels[qid] for qid in judged}
-    scores = pytrec_eval.RelevanceEvaluator(judgments, set(_MEASURES)).evaluate(run)
-    reciprocal = pytrec_eval.RelevanceEvaluator(judgments, {"recip_rank"}).evaluate(top10)
-    categories = dict(zip(results["query_id"], results["category"], strict=True))
-    return pd.DataFrame(
-        [
-            {
-                "query_id": qid,
-                "category": categories[qid],
-                **{name: scores[qid][measure] for measure, name in _MEASURES.items()},
-                "mrr@10": reciprocal[qid]["recip_rank"],
-            }
-            for qid in judged
-        ]
+    """Evaluate ``queries`` in this process on ``tool``'s store, embedder and L0 index."""
+    deep = KnowledgeTool(
+        eval_config(tool.config),
+        search_port=tool.search_port,
+        embedder=tool.embedder,
+        l0_index=tool.l0_index,
+    )
+    return run_evaluation(
+        ToolProvider(deep.config, deep), tool.config, queries, qrels, _local_driver(), on_progress=on_progress
     )
 
 
-def _as_run(ranking: list[str]) -> dict[str, float]:
-    # trec_eval orders by score; strictly decreasing scores keep our ranking as is
-    return {doc_id: float(len(ranking) - rank) for rank, doc_id in enumerate(ranking)} or {"": 0.0}
+def distributed_evaluate(
+    config: Config, queries: pd.DataFrame, qrels: Qrels | None, client: Any, shard_size: int = BATCH_SIZE
+) -> EvalRun:
+    """Evaluate ``queries`` in batches of ``shard_size`` on the Dask cluster behind ``client``.
+
+    Every worker opens the configured store itself, so use a Qdrant server (``store.url``) for
+    real clusters; a local-mode store can only be held by one worker process at a time.
+    """
+    from hamilton.plugins.h_dask import DaskExecutor  # the [dask] extra loads only here
+
+    dataflow = _driver(DaskExecutor(client=client))
+    return run_evaluation(ToolProvider(eval_config(config)), config, queries, qrels, dataflow, shard_size)
 
 
-def summarize(results: pd.DataFrame, per_query: pd.DataFrame) -> dict[str, Any]:
-    """Overall and per-category metrics, rates and latency."""
-    summary: dict[str, Any] = {"overall": _summary(results, per_query)}
-    categories = results["category"].dropna().unique().tolist()
-    summary["per_category"] = {
-        c: _summary(results[results["category"] == c], per_query[per_query["category"] == c])
-        for c in sorted(categories)
+def eval_config(config: Config) -> Config:
+    """The configuration evaluation runs with: evidence ranked at least :data:`EVAL_DEPTH` deep
+    (the deepest cutoff) whatever ``return_n`` is; the ``@return_n`` measures read the first
+    ``return_n`` blocks, what the agent saw."""
+    retrieval = config.retrieval
+    return_n = max(retrieval.effective_return_n, EVAL_DEPTH)
+    retrieve_k = max(retrieval.effective_retrieve_k, return_n)
+    deeper = retrieval.model_copy(update={"return_n": return_n, "retrieve_k": retrieve_k})
+    return config.model_copy(update={"retrieval": deeper})
+
+
+def run_evaluation(
+    tools: ToolProvider,
+    config: Config,
+    queries: pd.DataFrame,
+    qrels: Qrels | None,
+    dataflow: driver.Driver,
+    batch_size: int = BATCH_SIZE,
+    on_progress: Callable[[int], None] | None = None,
+) -> EvalRun:
+    """Run the evaluation dataflow; ``config`` is the configuration under evaluation."""
+    inputs = {
+        "queries": queries,
+        "batch_size": batch_size,
+        "tool_provider": tools,
+        "qrels": qrels or {},
+        "return_n": config.retrieval.effective_return_n,
+        "on_progress": on_progress,
     }
-    return summary
+    started = time.perf_counter()
+    outputs = dataflow.execute(EVAL_OUTPUTS, inputs=inputs)
+    seconds = time.perf_counter() - started
+    depth, return_n = tools.config.retrieval.effective_return_n, config.retrieval.effective_return_n
+    summary = {**outputs["eval_metrics"], "depth": depth, "return_n": return_n}
+    return EvalRun(outputs["results_frame"], outputs["per_query_metrics"], summary, seconds)
 
 
-def _summary(results: pd.DataFrame, per_query: pd.DataFrame) -> dict[str, Any]:
-    n = len(results)
-    fallback = results["fallback_reason"].dropna().value_counts()
-    latency = results["latency_ms"].to_numpy(dtype=float)
-    return {
-        "queries": n,
-        "judged_queries": len(per_query),
-        **{name: float(per_query[name].mean()) if len(per_query) else None for name in METRIC_NAMES},
-        "found_rate": float(results["found"].mean()) if n else None,
-        "no_evidence_rate": float((results["evidence_status"] == "no_evidence").mean()) if n else None,
-        "retrieval_failed_rate": float((results["evidence_status"] == "retrieval_failed").mean())
-        if n
-        else None,
-        "fallback_rate": float(results["fallback_reason"].notna().mean()) if n else None,
-        "fallback_rate_by_reason": {reason: count / n for reason, count in fallback.items()},
-        "latency_ms_p50": float(np.percentile(latency, 50)) if n else None,
-        "latency_ms_p95": float(np.percentile(latency, 95)) if n else None,
-    }
+@cache
+def _local_driver() -> driver.Driver:
+    return _driver(executors.SynchronousLocalTaskExecutor())
+
+
+def _driver(remote: executors.TaskExecutor) -> driver.Driver:
+    """The evaluation dataflow's driver: batches run as tasks on ``remote``."""
+    return (
+        driver.Builder()
+        .enable_dynamic_execution(allow_experimental_mode=True)
+        .with_modules(evaluation_dataflow)
+        .with_local_executor(executors.SynchronousLocalTaskExecutor())
+        .with_remote_executor(remote)
+        .build()
+    )
 
 
 def filter_headline(
