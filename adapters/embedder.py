@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -78,12 +77,12 @@ class TorchEncoder:
     quantize: Quantize = "none"
 
     def __init__(self, model_path: str, device: str):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()
-        self.model = SentenceTransformer(model_path, device=device)
+        # local files only: never a network call, and no process-wide HF_HUB_OFFLINE
+        self.model = SentenceTransformer(model_path, device=device, local_files_only=True)
         self.dimension = int(self.model.get_embedding_dimension())
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:

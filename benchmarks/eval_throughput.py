@@ -51,7 +51,8 @@ def main() -> int:
     k = config.retrieval.effective_retrieve_k
 
     with KnowledgeTool.from_config(config) as tool:
-        shard, encoder = tool.search_port._shard, tool.embedder.encoder("query")
+        store = getattr(tool.search_port, "_store", tool.search_port)  # under the shared-store port
+        shard, encoder = store._shard, tool.embedder.encoder("query")
 
         def floor() -> float:
             start = time.perf_counter()

@@ -30,12 +30,10 @@ def batch_results(
     on_progress: Callable | None = None,
 ) -> pd.DataFrame:
     """One row per query of the batch: its lookup through the DAG, ranked evidence and timings
-    (``on_progress(n)`` is told of each finished batch)."""
+    (``on_progress(n)`` is told as queries finish)."""
     pinned = metrics.pinned_categories(query_batch)
     with tool_provider.open() as tool:
-        results = lookup_many(tool, query_batch["query"].tolist(), pinned)
-    if on_progress is not None:
-        on_progress(len(query_batch))
+        results = lookup_many(tool, query_batch["query"].tolist(), pinned, on_progress)
     return metrics.result_rows(query_batch, results, qrels)
 
 

@@ -26,6 +26,7 @@ from lookup_knowledge.eval.metrics import EVAL_DEPTH, METRIC_NAMES, pinned_categ
 
 __all__ = ["METRIC_NAMES", "EvalRun", "distributed_evaluate", "evaluate", "filter_headline"]
 EVAL_OUTPUTS = ["results_frame", "per_query_metrics", "eval_metrics"]
+SHARD_SIZE = BATCH_SIZE  # queries per task of the evaluation dataflow
 
 
 @dataclass
@@ -62,7 +63,7 @@ def evaluate(
 
 
 def distributed_evaluate(
-    config: Config, queries: pd.DataFrame, qrels: Qrels | None, client: Any, shard_size: int = BATCH_SIZE
+    config: Config, queries: pd.DataFrame, qrels: Qrels | None, client: Any, shard_size: int = SHARD_SIZE
 ) -> EvalRun:
     """Evaluate ``queries`` in batches of ``shard_size`` on the Dask cluster behind ``client``.
 
@@ -92,7 +93,7 @@ def run_evaluation(
     queries: pd.DataFrame,
     qrels: Qrels | None,
     dataflow: driver.Driver,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int = SHARD_SIZE,
     on_progress: Callable[[int], None] | None = None,
 ) -> EvalRun:
     """Run the evaluation dataflow; ``config`` is the configuration under evaluation."""
