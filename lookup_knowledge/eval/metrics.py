@@ -80,7 +80,7 @@ def result_rows(queries: pd.DataFrame, results: list[LookupResult], qrels: dict)
                 "node_timings_json": json.dumps(
                     {n.name: n.ms for n in trace.executed_nodes} if trace else {}
                 ),
-                "result_json": json.dumps(result.model_dump(by_alias=True, mode="json"), ensure_ascii=False),
+                "result_json": result.model_dump_json(by_alias=True),
                 "category": category,
             }
         )
