@@ -27,8 +27,8 @@ from rich.table import Table
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.chunking import chunk_document
-from lookup_knowledge.eval_data import beir_to_parquet, load_eval_queries, load_qrels, relevance
-from lookup_knowledge.evaluation import evaluate
+from lookup_knowledge.eval.data import beir_to_parquet, load_eval_queries, load_qrels, relevance
+from lookup_knowledge.eval.evaluation import evaluate
 from lookup_knowledge.stores import build_embedder
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -14,6 +14,7 @@ import qdrant_edge as qe
 from dataflow_fixtures import FAPIAO_DOC, FAPIAO_QUERY, REFUND_DOC, REFUND_QUERY, make_tool
 from qdrant_client import QdrantClient, models
 
+from lookup_knowledge import KnowledgeTool
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import (
@@ -28,7 +29,6 @@ from lookup_knowledge.adapters.search import (
     evidence_key,
 )
 from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS, bm25_encoder, cjk_spaced, sparse_text
-from lookup_knowledge.tool import KnowledgeTool
 
 # (doc_id, category, text): "INV-48213" is named by one chunk only; MiniLM ranks the invoice
 # chunk first for it, BM25 the settlement chunk that holds the exact code.
