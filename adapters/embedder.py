@@ -38,6 +38,10 @@ AUTO_CPU_WITHOUT_OPENVINO: dict[EncodePath, Backend] = {"query": "onnx", "docume
 logger = logging.getLogger("lookup_knowledge.embedder")
 
 
+class EmbedderError(RuntimeError):
+    """The embedding model did not load or failed to encode (the message is one line)."""
+
+
 class Embedder(ABC):
     """Turns text into unit-length vectors (an ABC, so Hamilton can type-check the input)."""
 
@@ -116,7 +120,10 @@ class SentenceTransformerEmbedder(Embedder):
 
     def encoder(self, path: EncodePath) -> TextEncoder:
         """The loaded encoder of one path (torch if the configured backend could not load)."""
-        return _load_encoder(self.model_name, self.device, self.backends[path], self.quantize)
+        try:
+            return _load_encoder(self.model_name, self.device, self.backends[path], self.quantize)
+        except Exception as exc:
+            raise EmbedderError(f"the embedding model {self.model_name!r} did not load: {_reason(exc)}") from exc
 
     @property
     def dimension(self) -> int:
@@ -134,7 +141,15 @@ class SentenceTransformerEmbedder(Embedder):
     def _encode(self, encoder: TextEncoder, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, encoder.dimension), dtype=np.float32)
-        return encoder.encode(list(texts), self.batch_size)
+        try:
+            return encoder.encode(list(texts), self.batch_size)
+        except Exception as exc:
+            raise EmbedderError(f"the embedding model {self.model_name!r} failed to encode: {_reason(exc)}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def resolve_device(device: str) -> str:

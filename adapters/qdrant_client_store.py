@@ -29,6 +29,7 @@ from .search import (
     StoreLockedError,
     StoreMissingError,
     StoreUnavailableError,
+    complete_hits,
     first_line,
     hit_from_payload,
     stored_documents,
@@ -116,7 +117,8 @@ class QdrantClientStore(KnowledgeStore):
                 limit=request.top_k,
                 with_payload=True,
             )
-        return [hit_from_payload(p.id, p.score, p.payload) for p in response.points]
+        hits = [hit_from_payload(p.id, p.score, p.payload) for p in response.points]
+        return complete_hits(request, hits, self._count)
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches in one round trip."""
@@ -132,7 +134,10 @@ class QdrantClientStore(KnowledgeStore):
         with self._errors("batch search"):
             responses = self._client.query_batch_points(self.collection, requests=queries)
         return [
-            [hit_from_payload(p.id, p.score, p.payload) for p in response.points] for response in responses
+            complete_hits(
+                request, [hit_from_payload(p.id, p.score, p.payload) for p in response.points], self._count
+            )
+            for request, response in zip(requests, responses, strict=True)
         ]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
@@ -177,8 +182,13 @@ class QdrantClientStore(KnowledgeStore):
                 return
 
     def count(self) -> int:
+        return self._count(None)
+
+    def _count(self, category: str | None) -> int:
         with self._errors("count"):
-            return self._client.count(self.collection, exact=True).count
+            return self._client.count(
+                self.collection, count_filter=_category_filter(category), exact=True
+            ).count
 
     def close(self) -> None:
         self._client.close()

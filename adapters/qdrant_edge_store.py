@@ -27,6 +27,7 @@ from .search import (
     StoreMissingError,
     StoreUnavailableError,
     backend_errors,
+    complete_hits,
     hit_from_payload,
     process_note,
     stored_documents,
@@ -79,14 +80,19 @@ class QdrantEdgeStore(KnowledgeStore):
         """Dense search, filtered by category when the request carries one."""
         with backend_errors("search"):
             points = self._shard.query(self._query(request))
-        return [hit_from_payload(p.id, p.score, p.payload) for p in points]
+        return complete_hits(
+            request, [hit_from_payload(p.id, p.score, p.payload) for p in points], self._count
+        )
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches planned as one batch by the engine."""
         batch = qe.QueryBatchRequest([self._query(request) for request in requests])
         with backend_errors("batch search"):
             results = self._shard.query_batch(batch)
-        return [[hit_from_payload(p.id, p.score, p.payload) for p in points] for points in results]
+        return [
+            complete_hits(request, [hit_from_payload(p.id, p.score, p.payload) for p in points], self._count)
+            for request, points in zip(requests, results, strict=True)
+        ]
 
     @staticmethod
     def _query(request: SearchRequest) -> qe.QueryRequest:
@@ -138,8 +144,11 @@ class QdrantEdgeStore(KnowledgeStore):
                 return
 
     def count(self) -> int:
+        return self._count(None)
+
+    def _count(self, category: str | None) -> int:
         with backend_errors("count"):
-            return self._shard.count(qe.CountRequest(exact=True))
+            return self._shard.count(qe.CountRequest(exact=True, filter=_category_filter(category)))
 
     def optimize(self) -> None:
         """Build the HNSW index and merge segments (run after bulk ingestion)."""
