@@ -123,7 +123,9 @@ class SentenceTransformerEmbedder(Embedder):
         try:
             return _load_encoder(self.model_name, self.device, self.backends[path], self.quantize)
         except Exception as exc:
-            raise EmbedderError(f"the embedding model {self.model_name!r} did not load: {_reason(exc)}") from exc
+            raise EmbedderError(
+                f"the embedding model {self.model_name!r} did not load: {_reason(exc)}"
+            ) from exc
 
     @property
     def dimension(self) -> int:
@@ -144,7 +146,9 @@ class SentenceTransformerEmbedder(Embedder):
         try:
             return encoder.encode(list(texts), self.batch_size)
         except Exception as exc:
-            raise EmbedderError(f"the embedding model {self.model_name!r} failed to encode: {_reason(exc)}") from exc
+            raise EmbedderError(
+                f"the embedding model {self.model_name!r} failed to encode: {_reason(exc)}"
+            ) from exc
 
 
 def _reason(exc: BaseException) -> str:
@@ -199,8 +203,11 @@ def _cached_encoder(model_name: str, device: str, backend: Backend, quantize: Qu
     try:
         return load_exported_encoder(path, backend, quantize)
     except ExportError as exc:
+        encoder = _cached_encoder(
+            model_name, device, "torch", "none"
+        )  # a model torch cannot load either: no warning
         logger.warning("embedder.backend %s unavailable, using torch (%s)", backend, exc)
-        return _cached_encoder(model_name, device, "torch", "none")
+        return encoder
 
 
 def resolve_model_path(model_name: str) -> str:

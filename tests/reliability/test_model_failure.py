@@ -83,7 +83,8 @@ def test_an_encoder_failing_mid_ingest_is_one_line_and_loses_nothing(
 def test_a_folder_without_a_model_is_one_line(tmp_path: Path) -> None:
     kb = knowledge_base(tmp_path / "kb")
     (tmp_path / "empty-model").mkdir()
-    code, stderr = ingest_cli(kb, tmp_path / "store", "--set", f"embedder.model={tmp_path / 'empty-model'}")
+    model = f"embedder.model={tmp_path / 'empty-model'}"
+    code, stderr = ingest_cli(kb, tmp_path / "store", "--set", model, "--set", "embedder.backend=auto")
     assert code == 1
     assert stderr.startswith("error: ") and "did not load" in stderr
 
