@@ -11,7 +11,8 @@ garbage) is embedded as a lookup embeds it and searched unfiltered, ten wide, in
   hugo-docs (each page's frontmatter ``description`` as the query, the page as its answer;
   the description is not part of the indexed text);
 * checked on: the classic + SciFact mix (``benchmarks/corpora.py``) and the bundled sample
-  knowledge base with its 31 questions.
+  knowledge base with its 31 questions;
+* stress test: the tuning queries cut to their first two words (terse, often meaningless).
 
 Garbage: 100 seeded strings of each kind (random letters, random printable ASCII, keyboard mash,
 pseudo-words, digits, random Unicode from eight scripts and symbol blocks), all of them queries
@@ -53,7 +54,7 @@ class QuerySet:
     """Queries against one store: real ones with the documents that answer them."""
 
     corpus: str
-    role: str  # "tune" or "check"
+    role: str  # "tune", "check" or a stress test
     store: Path
     texts: list[str]
     relevant: list[set[str]]
@@ -154,12 +155,22 @@ def described_pages(name: str, folder: Path, store: Path) -> QuerySet:
     return QuerySet(name, "tune", store, [d.description for d in pages], [{d.doc_id} for d in pages])
 
 
+def first_words(query_set: QuerySet, n: int = 2) -> QuerySet:
+    """A stress test: each query cut to its first ``n`` words (terse, often meaningless)."""
+    texts = [" ".join(text.split()[:n]) for text in query_set.texts]
+    return QuerySet(query_set.corpus, f"first {n} words", query_set.store, texts, query_set.relevant)
+
+
 def query_sets(cache: Path) -> Iterator[QuerySet]:
     from corpora import classic_scifact_mix  # benchmarks/ is on sys.path when run as a script
 
-    yield beir_set("scifact", DATA / "scifact", cache / "scifact", "tune")
-    yield beir_set("classic-dev", DATA / "classic-dev", cache / "classic-dev", "tune")
-    yield described_pages("hugo-docs", DATA / "hugo-docs", cache / "hugo-docs")
+    tuning = [
+        beir_set("scifact", DATA / "scifact", cache / "scifact", "tune"),
+        beir_set("classic-dev", DATA / "classic-dev", cache / "classic-dev", "tune"),
+        described_pages("hugo-docs", DATA / "hugo-docs", cache / "hugo-docs"),
+    ]
+    yield from tuning
+    yield from map(first_words, tuning)
     mix = classic_scifact_mix(cache)
     yield beir_set("classic+scifact mix", mix, cache / "mix-classic-scifact-store", "check")
     sample_eval = Path(sample_knowledge_base()).with_name("sample-eval")
@@ -270,7 +281,7 @@ def print_tables(results: list[dict]) -> None:
         named = [("real", result["real_top_score"])] + list(result["garbage_top_score"].items())
         for label, d in named:
             cells = [f"{d[k]:.3f}" for k in ("p0", "p1", "p5", "p50", "p95", "p100")]
-            scores.add_row(result["corpus"], label, str(d["n"]), *cells)
+            scores.add_row(f"{result['corpus']} ({result['role']})", label, str(d["n"]), *cells)
     console.print(scores)
     table = Table(title=f"min_evidence_score: real queries left empty vs garbage answered (top {DEPTH})")
     for column in ("corpus", "role", "threshold", "real empty", "judged kept", "garbage answered"):
