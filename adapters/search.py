@@ -235,10 +235,11 @@ def complete_hits(
     """``hits``, checked to hold every point the search could return.
 
     An engine drops a point whose similarity is not a number (a vector file corrupted to NaN),
-    so corruption can look like an empty store. A search that returns fewer hits than asked
-    while the store holds more matching points (``stored(category)``, asked only then) raises.
+    so corruption can look like an empty store. A dense search that returns fewer hits than
+    asked while the store holds more matching points (``stored(category)``, asked only then)
+    raises. (A lexical search returns only what matches its terms: it is not checked.)
     """
-    if len(hits) < request.top_k:
+    if request.mode == "dense" and len(hits) < request.top_k:
         held = stored(request.category)
         if len(hits) < min(held, request.top_k):
             raise StoreBackendError(
