@@ -14,10 +14,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-import os
+import shutil
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal, Protocol
 
 import numpy as np
@@ -82,12 +83,12 @@ class TorchEncoder:
     quantize: Quantize = "none"
 
     def __init__(self, model_path: str, device: str):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()
-        self.model = SentenceTransformer(model_path, device=device)
+        # local files only: never a network call, and no process-wide HF_HUB_OFFLINE
+        self.model = SentenceTransformer(model_path, device=device, local_files_only=True)
         self.dimension = int(self.model.get_embedding_dimension())
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
@@ -165,11 +166,21 @@ def resolve_device(device: str) -> str:
 
 @functools.cache
 def _auto_device() -> str:
-    import torch
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = "cuda" if _nvidia_driver() and _torch_sees_cuda() else "cpu"
     logger.info("embedder.device auto: using %s", device)
     return device
+
+
+def _nvidia_driver() -> bool:
+    """Whether an NVIDIA driver is installed: without one, torch (~220 MB) is never imported
+    just to learn that there is no GPU."""
+    return Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None
+
+
+def _torch_sees_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def resolve_backends(backend: BackendChoice, device: str) -> dict[EncodePath, Backend]:

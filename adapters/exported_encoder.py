@@ -138,7 +138,7 @@ def _export(model_path: str, export_dir: Path) -> None:
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.models import Normalize
 
-    model = SentenceTransformer(model_path, device="cpu").eval()
+    model = SentenceTransformer(model_path, device="cpu", local_files_only=True).eval()
     tokenizer = model.tokenizer
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tokenizer.model_input_names]
 

@@ -20,8 +20,8 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 
 import snowballstemmer
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+
+from lookup_knowledge.contract import L0Hints
 
 from .search import StoreBackendError, first_line
 
@@ -70,22 +70,6 @@ class L0Document:
     keywords: tuple[str, ...] = ()
     domains: tuple[str, ...] = ()
     entities: tuple[str, ...] = ()
-
-
-class L0Hints(BaseModel):
-    """What L0 understood of a query: structured hints for filtering, boosts and explanation."""
-
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-    matched_titles: list[str] = Field(default_factory=list)
-    matched_keywords: list[str] = Field(default_factory=list)
-    domains: list[str] = Field(default_factory=list)
-    entities: list[str] = Field(default_factory=list)
-    matched_doc_ids: list[str] = Field(default_factory=list)
-
-    @property
-    def is_empty(self) -> bool:
-        return not (self.matched_titles or self.matched_keywords or self.domains or self.entities)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from rich.table import Table
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.config import RetrievalConfig
-from lookup_knowledge.eval_data import beir_to_parquet, load_eval_queries, relevance
-from lookup_knowledge.evaluation import evaluate
+from lookup_knowledge.eval.data import beir_to_parquet, load_eval_queries, relevance
+from lookup_knowledge.eval.evaluation import evaluate
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DATASETS = ("scifact", "classic-dev")

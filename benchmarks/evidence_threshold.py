@@ -38,8 +38,8 @@ from rich.table import Table
 from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.adapters.search import KnowledgeStore, SearchRequest
+from lookup_knowledge.agent.tool import query_problem
 from lookup_knowledge.stores import build_embedder, open_store
-from lookup_knowledge.tool import query_problem
 
 BENCHMARKS = Path(__file__).resolve().parent
 DATA = BENCHMARKS.parents[1] / "shared" / "data"

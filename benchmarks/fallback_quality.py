@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpora import DATA, CachedEmbedder, classic_scifact_mix  # noqa: E402
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config  # noqa: E402
-from lookup_knowledge.eval_data import beir_to_parquet, load_eval_queries, load_qrels, relevance  # noqa: E402
-from lookup_knowledge.evaluation import (  # noqa: E402
+from lookup_knowledge.eval.data import beir_to_parquet, load_eval_queries, load_qrels, relevance  # noqa: E402
+from lookup_knowledge.eval.evaluation import (  # noqa: E402
     FilterReferences,
     evaluate,
     filter_headline,

@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
-from lookup_knowledge.eval_data import beir_to_parquet, load_eval_queries, load_qrels, relevance
-from lookup_knowledge.evaluation import evaluate
+from lookup_knowledge.eval.data import beir_to_parquet, load_eval_queries, load_qrels, relevance
+from lookup_knowledge.eval.evaluation import evaluate
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PUBLISHED_SCIFACT = 0.645  # all-MiniLM-L6-v2 dense, MTEB

@@ -40,7 +40,7 @@ from lookup_knowledge.adapters.recorder import (
     InvocationRecorder,
     RecorderUnavailableError,
 )
-from lookup_knowledge.cli import app
+from lookup_knowledge.cli.app import app
 
 CLI = Path(sys.executable).with_name("lookup-knowledge")
 

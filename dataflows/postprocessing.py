@@ -6,10 +6,10 @@ from collections import Counter
 
 import pandas as pd
 
-from lookup_knowledge.adapters.l0_index import L0Hints, normalize
+from lookup_knowledge.adapters.l0_index import normalize
 from lookup_knowledge.adapters.search import SearchHit, identity_key
 from lookup_knowledge.config import RerankConfig
-from lookup_knowledge.contract import CappedChunk, EvidenceBlock, EvidenceCuts
+from lookup_knowledge.contract import CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
 
 from .retrieval import SearchAttempt

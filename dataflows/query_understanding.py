@@ -6,7 +6,8 @@ import numpy as np
 from hamilton.function_modifiers import config
 
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.adapters.l0_index import L0Hints, L0Index
+from lookup_knowledge.adapters.l0_index import L0Index
+from lookup_knowledge.contract import L0Hints
 
 
 @config.when_not(l1_enabled=False)

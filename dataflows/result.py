@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lookup_knowledge.adapters.l0_index import L0Hints
 from lookup_knowledge.adapters.search import identity_key
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import (
@@ -15,6 +14,7 @@ from lookup_knowledge.contract import (
     EvidenceCuts,
     EvidenceStatus,
     FallbackDecisionTrace,
+    L0Hints,
     LookupResult,
     RelevanceLevel,
     RerankEntry,

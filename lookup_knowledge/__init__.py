@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lookup_knowledge.agent import AgentLookup, tool_definition
+    from lookup_knowledge.agent.lookup import AgentLookup, tool_definition
+    from lookup_knowledge.agent.tool import KnowledgeTool
     from lookup_knowledge.config import Config, ConfigError, load_config
     from lookup_knowledge.contract import EvidenceBlock, LookupResult
     from lookup_knowledge.ingestion import IngestReport, ingest
-    from lookup_knowledge.tool import KnowledgeTool
 
 __all__ = [
     "AgentLookup",
@@ -31,8 +31,8 @@ __all__ = [
     "tool_definition",
 ]
 _HOMES = {
-    "AgentLookup": "agent",
-    "tool_definition": "agent",
+    "AgentLookup": "agent.lookup",
+    "tool_definition": "agent.lookup",
     "Config": "config",
     "ConfigError": "config",
     "load_config": "config",
@@ -40,7 +40,7 @@ _HOMES = {
     "LookupResult": "contract",
     "IngestReport": "ingestion",
     "ingest": "ingestion",
-    "KnowledgeTool": "tool",
+    "KnowledgeTool": "agent.tool",
 }
 
 

@@ -120,6 +120,7 @@ class RecorderConfig(_Section):
     url: str | None = None
     timeout_s: float = Field(2.0, gt=0, le=60)
     retry_after_s: float = Field(30.0, ge=0, le=3600)
+    session_memory: int = Field(10_000, ge=0, le=10_000_000)
 
     @field_validator("url")
     @classmethod

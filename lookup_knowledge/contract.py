@@ -11,8 +11,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from lookup_knowledge.adapters.l0_index import L0Hints
-
 EvidenceStatus = Literal["evidence", "no_evidence", "retrieval_failed", "invalid_input"]
 FallbackReason = Literal[
     "filtered_vector_no_evidence", "filtered_vector_low_quality", "filtered_vector_error"
@@ -31,6 +29,22 @@ DecisionRule = Literal[
     "filtered_top_below_threshold",  # threshold rule: below it; unfiltered hits
     "l1_disabled",
 ]
+
+
+class L0Hints(BaseModel):
+    """What L0 understood of a query: structured hints for filtering, boosts and explanation."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    matched_titles: list[str] = Field(default_factory=list)
+    matched_keywords: list[str] = Field(default_factory=list)
+    domains: list[str] = Field(default_factory=list)
+    entities: list[str] = Field(default_factory=list)
+    matched_doc_ids: list[str] = Field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.matched_titles or self.matched_keywords or self.domains or self.entities)
 
 
 class ContractModel(BaseModel):

@@ -14,9 +14,9 @@ from lookup_knowledge.adapters.corpus import SourceDocument, read_corpus
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.agent.tool import KnowledgeTool
 from lookup_knowledge.config import Config
 from lookup_knowledge.stores import l0_index_path, open_store
-from lookup_knowledge.tool import KnowledgeTool
 
 # Queries with a known L0 shape on the sample knowledge base.
 REFUND_QUERY = "Who must approve a refund above 500 EUR?"  # L0: one domain (payments)

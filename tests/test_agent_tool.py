@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from lookup_knowledge import AgentLookup, KnowledgeTool, load_config, tool_definition
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
-from lookup_knowledge.agent import (
+from lookup_knowledge.agent.lookup import (
     INPUT_SCHEMA,
     TOOL_DESCRIPTION,
     TOOL_NAME,
@@ -23,7 +23,7 @@ from lookup_knowledge.agent import (
     invocation_db_url,
     openai_tool,
 )
-from lookup_knowledge.cli import app
+from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
 
 REFUND_QUERY = "Who must approve a refund above 500 EUR?"
@@ -242,7 +242,7 @@ def unrecorded_agent(
 def test_an_unavailable_database_never_fails_the_lookup(
     unrecorded_agent: AgentLookup, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="lookup_knowledge.agent"):
+    with caplog.at_level(logging.WARNING, logger="lookup_knowledge.agent.lookup"):
         result = unrecorded_agent.call(REFUND_QUERY, session_id="offline")
     assert result.found and result.evidence_status == "evidence"
     status = result.retrieval_trace.invocation_record

@@ -10,7 +10,7 @@ from typing import Any
 from lookup_knowledge import AgentLookup, KnowledgeTool, load_config
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import InvocationRecorder
-from lookup_knowledge.agent import invocation_db_url
+from lookup_knowledge.agent.lookup import invocation_db_url
 from lookup_knowledge.contract import LookupResult
 
 THREADS = 8

@@ -10,8 +10,7 @@ from conftest import SMALL_CORPUS, write_corpus
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.distributed import distributed_evaluate
-from lookup_knowledge.evaluation import evaluate
+from lookup_knowledge.eval.evaluation import distributed_evaluate, evaluate
 
 distributed = pytest.importorskip("dask.distributed")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -140,6 +141,14 @@ def test_device_auto_uses_cuda_only_when_torch_sees_one(caplog: pytest.LogCaptur
     assert first == second == expected
     assert [r.getMessage() for r in caplog.records] == [f"embedder.device auto: using {expected}"]
     assert resolve_device("cpu") == "cpu"
+
+
+@pytest.mark.skipif(embedder_module._nvidia_driver(), reason="this machine has an NVIDIA driver")
+def test_device_auto_without_an_nvidia_driver_never_imports_torch() -> None:
+    probe = "import sys; from lookup_knowledge.adapters.embedder import resolve_device; "
+    probe += "print(resolve_device('auto'), 'torch' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd="/")
+    assert run.stdout.split() == ["cpu", "False"]
 
 
 @pytest.mark.parametrize("backend", ["onnx", "openvino"])

@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.batch import lookup_many
-from lookup_knowledge.cli import app
-from lookup_knowledge.compare import (
+from lookup_knowledge.cli.app import app
+from lookup_knowledge.contract import LookupResult
+from lookup_knowledge.eval.batch import lookup_many
+from lookup_knowledge.eval.compare import (
     BASELINE,
     Variant,
     comparison_table,
@@ -25,16 +26,16 @@ from lookup_knowledge.compare import (
     parse_sweep,
     run_variants,
 )
-from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.eval_data import (
+from lookup_knowledge.eval.data import (
     EvalDataError,
     beir_to_parquet,
     load_eval_queries,
     load_qrels,
     relevance,
 )
-from lookup_knowledge.evaluation import document_ranking, evaluate, filter_headline, per_query_metrics
-from lookup_knowledge.report import write_eval_outputs
+from lookup_knowledge.eval.evaluation import evaluate, filter_headline
+from lookup_knowledge.eval.metrics import EVAL_DEPTH, document_ranking, per_query_metrics
+from lookup_knowledge.eval.report import write_eval_outputs
 
 QUERIES = [
     ("q-refund", "can I get a refund for downloaded digital goods?", ["refunds"], None),
@@ -214,11 +215,9 @@ def test_eval_queries_cli_takes_categories(tmp_path: Path) -> None:
 
 
 def test_metrics_match_hand_computed_values() -> None:
-    results = pd.DataFrame(
-        {"query_id": ["a", "b"], "doc_ids": [["x", "r1", "y", "r2"], ["z"]], "category": [None, None]}
-    )
+    results = _ranked({"a": ["x", "r1", "y", "r2"], "b": ["z"]})
     qrels = {"a": {"r1": 1, "r2": 1}, "b": {"r3": 1}}
-    metrics = per_query_metrics(results, qrels).set_index("query_id")
+    metrics = per_query_metrics(results, qrels, return_n=5).set_index("query_id")
     # a: relevant at ranks 2 and 4. DCG = 1/log2(3) + 1/log2(5); IDCG = 1 + 1/log2(3)
     dcg = 1 / 1.5849625007 + 1 / 2.3219280949
     assert metrics.loc["a", "ndcg@10"] == pytest.approx(dcg / (1 + 1 / 1.5849625007), abs=1e-6)
@@ -230,10 +229,31 @@ def test_metrics_match_hand_computed_values() -> None:
 
 def test_mrr_is_cut_at_ten() -> None:
     ranking = [f"d{i}" for i in range(11)]
-    results = pd.DataFrame({"query_id": ["a"], "doc_ids": [ranking], "category": [None]})
-    metrics = per_query_metrics(results, {"a": {"d10": 1}})
+    metrics = per_query_metrics(_ranked({"a": ranking}), {"a": {"d10": 1}}, return_n=5)
     assert metrics["mrr@10"].iloc[0] == 0.0
     assert metrics["recall@20"].iloc[0] == 1.0
+
+
+def test_return_n_metrics_score_only_the_blocks_the_agent_saw() -> None:
+    # blocks: x, r1, r1 (a second chunk), y | r2 -- the agent saw the first 3 blocks
+    results = _ranked({"a": ["x", "r1", "r1", "y", "r2"]})
+    metrics = per_query_metrics(results, {"a": {"r1": 1, "r2": 1}}, return_n=3).iloc[0]
+    assert metrics["recall@return_n"] == pytest.approx(0.5)  # r2 ranked 5th: not seen
+    assert metrics["recall@10"] == pytest.approx(1.0)  # the full ranking finds both
+    # nDCG@3 over what was seen: r1 at rank 2 of docs [x, r1]; ideal: r1, r2 at ranks 1, 2
+    assert metrics["ndcg@return_n"] == pytest.approx((1 / 1.5849625007) / (1 + 1 / 1.5849625007), abs=1e-6)
+
+
+def _ranked(block_docs: dict[str, list[str]]) -> pd.DataFrame:
+    """A results frame holding only what the metrics read: each query's blocks' documents."""
+    return pd.DataFrame(
+        {
+            "query_id": list(block_docs),
+            "block_doc_ids": list(block_docs.values()),
+            "doc_ids": [list(dict.fromkeys(docs)) for docs in block_docs.values()],
+            "category": [None] * len(block_docs),
+        }
+    )
 
 
 def test_document_rank_is_its_best_chunk() -> None:
@@ -303,6 +323,24 @@ def test_evaluate_writes_results_metrics_and_report(tool: KnowledgeTool, tmp_pat
     }
     assert pd.read_parquet(tmp_path / "out" / "results.parquet").shape[0] == 4
     assert "| ndcg@10 | 1.0000 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_evaluation_ranks_deeper_than_return_n_and_scores_what_the_agent_saw(
+    tool: KnowledgeTool, tmp_path: Path
+) -> None:
+    retrieval = tool.config.retrieval.model_copy(update={"return_n": 1})
+    shallow = KnowledgeTool(
+        tool.config.model_copy(update={"retrieval": retrieval}),
+        search_port=tool.search_port, embedder=tool.embedder, l0_index=tool.l0_index,
+    )  # fmt: skip
+    queries = load_eval_queries(write_queries(tmp_path / "q.parquet"))
+    run = evaluate(shallow, queries, relevance(queries))
+    assert run.metrics["return_n"] == 1 and run.metrics["depth"] >= EVAL_DEPTH
+    row = run.results.set_index("query_id").loc["q-refund"]
+    assert len(row["evidence_keys"]) > 1  # ranked past return_n for the metrics
+    seen = shallow.lookup(row["query"]).evidence_blocks
+    assert row["evidence_keys"][:1] == [b.evidence_key for b in seen]  # what the agent got
+    assert {"ndcg@return_n", "recall@return_n"} <= set(run.per_query.columns)
 
 
 def test_comparison_reports_deltas_and_paired_p_values(

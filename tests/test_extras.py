@@ -57,7 +57,7 @@ def test_the_cli_answers_a_missing_extra_in_one_line(blocked: str, argv: list[st
         "import importlib.util, sys\n"
         f"real = importlib.util.find_spec\n"
         f"importlib.util.find_spec = lambda name, *a: None if name == {blocked!r} else real(name, *a)\n"
-        "from lookup_knowledge.cli import app\n"
+        "from lookup_knowledge.cli.app import app\n"
         f"app({argv!r})\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

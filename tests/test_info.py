@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from typer.testing import CliRunner
 
-from lookup_knowledge.cli import app
+from lookup_knowledge.cli.app import app
 
 
 def info(*args: str) -> dict:

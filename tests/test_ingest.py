@@ -19,7 +19,7 @@ from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import SearchHit, SearchRequest
 from lookup_knowledge.chunking import chunk_document
-from lookup_knowledge.cli import app
+from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
 from lookup_knowledge.ingestion import IngestReport, ingest
 from lookup_knowledge.stores import l0_index_path, open_store

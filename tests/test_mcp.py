@@ -13,7 +13,7 @@ from mcp.types import CallToolResult
 from test_agent_tool import KAFKA_QUERY, REFUND_QUERY
 
 from lookup_knowledge.adapters.recorder import InvocationRecorder
-from lookup_knowledge.agent import TOOL_DESCRIPTION, TOOL_NAME
+from lookup_knowledge.agent.lookup import TOOL_DESCRIPTION, TOOL_NAME
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
 STARTUP_TIMEOUT_S = 180  # the server imports torch and loads the model on a busy 2-core machine

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from lookup_knowledge import AgentLookup, KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import SCHEMA_VERSION, InvocationRecorder
-from lookup_knowledge.agent import invocation_db_url
-from lookup_knowledge.cli import app
+from lookup_knowledge.agent.lookup import invocation_db_url
+from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
 
 PG_URL_ENV = "LOOKUP_KNOWLEDGE_TEST_PG_URL"

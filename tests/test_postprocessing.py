@@ -14,8 +14,8 @@ from dataflow_fixtures import (
     make_tool,
 )
 
-from lookup_knowledge.adapters.l0_index import L0Hints
 from lookup_knowledge.config import RerankConfig
+from lookup_knowledge.contract import L0Hints
 from lookup_knowledge.dataflows.postprocessing import (
     candidates_df,
     deduped_df,

@@ -17,7 +17,7 @@ from lookup_knowledge.adapters.recorder import (
     InvocationRecorder,
     RecorderUnavailableError,
 )
-from lookup_knowledge.agent import invocation_db_url
+from lookup_knowledge.agent.lookup import invocation_db_url
 from lookup_knowledge.config import load_config
 
 

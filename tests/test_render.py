@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from lookup_knowledge.cli.render import dot_node_edge_set, has_graphviz, mermaid_source, variant_graph
 from lookup_knowledge.pipeline import VARIANTS
-from lookup_knowledge.render import dot_node_edge_set, has_graphviz, mermaid_source, variant_graph
 
 VISUALIZATIONS = Path(__file__).resolve().parents[1] / "visualizations"
 CLI = Path(sys.executable).with_name("lookup-knowledge")

@@ -24,6 +24,7 @@ from hamilton import driver as hamilton_driver
 from lookup_knowledge import ingest, load_config
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
+from lookup_knowledge.agent.tool import KnowledgeTool
 from lookup_knowledge.contract import (
     CappedChunk,
     ContextPack,
@@ -32,7 +33,6 @@ from lookup_knowledge.contract import (
     EvidenceCuts,
 )
 from lookup_knowledge.dataflows.result import completeness_hint
-from lookup_knowledge.tool import KnowledgeTool
 
 TOP_LEVEL = {
     "found",

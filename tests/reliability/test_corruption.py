@@ -14,8 +14,8 @@ import pytest
 from conftest import SMALL_CORPUS, make_config, write_corpus, write_markdown
 from typer.testing import CliRunner
 
-from lookup_knowledge import cli
-from lookup_knowledge.agent import AgentLookup
+from lookup_knowledge.agent.lookup import AgentLookup
+from lookup_knowledge.cli import app as cli
 from lookup_knowledge.config import Config
 from lookup_knowledge.ingestion import ingest
 from lookup_knowledge.stores import l0_index_path

@@ -14,12 +14,11 @@ import pytest
 from conftest import make_config
 from mcp import Client
 
-from lookup_knowledge import tool as tool_module
 from lookup_knowledge.adapters.recorder import InvocationRecorder
-from lookup_knowledge.agent import AgentLookup, invocation_db_url
+from lookup_knowledge.agent.lookup import AgentLookup, invocation_db_url
+from lookup_knowledge.agent.mcp_server import build_server
+from lookup_knowledge.agent.tool import KnowledgeTool, LookupRequest, lookup_request
 from lookup_knowledge.config import ConfigError, load_config
-from lookup_knowledge.mcp_server import build_server
-from lookup_knowledge.tool import KnowledgeTool, LookupRequest, lookup_request
 
 QUERY = "Who must approve a refund above 500 EUR?"
 
@@ -148,10 +147,11 @@ def test_non_finite_config_numbers_are_refused(override: str) -> None:
         load_config(overrides=[override])
 
 
-def test_session_memory_is_bounded(agent: AgentLookup, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tool_module, "MAX_SESSIONS", 3)
+def test_session_memory_is_bounded(agent: AgentLookup) -> None:
     shared = agent.tool
-    with KnowledgeTool(shared.config, embedder=shared.embedder, search_port=shared.search_port) as tool:
+    recorder = shared.config.recorder.model_copy(update={"session_memory": 3})
+    config = shared.config.model_copy(update={"recorder": recorder})
+    with KnowledgeTool(config, embedder=shared.embedder, search_port=shared.search_port) as tool:
         for n in range(5):
             tool.lookup(QUERY, session_id=f"s{n}")
         tool.lookup(QUERY, session_id="s2")  # used again: now the most recent

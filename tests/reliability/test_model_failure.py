@@ -14,9 +14,10 @@ from conftest import make_config, write_markdown
 from test_ingest_crash import snapshot
 from typer.testing import CliRunner
 
-from lookup_knowledge import cli, ingestion
+from lookup_knowledge import ingestion
 from lookup_knowledge.adapters.embedder import TorchEncoder
-from lookup_knowledge.agent import AgentLookup
+from lookup_knowledge.agent.lookup import AgentLookup
+from lookup_knowledge.cli import app as cli
 
 DOCUMENTS = 12
 TORCH = ["--set", "embedder.backend=torch"]  # the encoder the fault is injected into

@@ -23,7 +23,7 @@ from lookup_knowledge.adapters.search import (
     StoreMissingError,
     StoreUnavailableError,
 )
-from lookup_knowledge.cli import app
+from lookup_knowledge.cli.app import app
 from lookup_knowledge.stores import open_store
 
 TIMEOUT_S = 1.0

@@ -27,9 +27,9 @@ from lookup_knowledge.adapters.recorder import (
     InvocationRecorder,
     RecorderUnavailableError,
 )
+from lookup_knowledge.agent.tool import KnowledgeTool, plain_string
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import InvocationRecordStatus, LookupResult, evidence_domains
-from lookup_knowledge.tool import KnowledgeTool, plain_string
 
 logger = logging.getLogger(__name__)
 

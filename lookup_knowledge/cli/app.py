@@ -19,17 +19,17 @@ from lookup_knowledge.adapters.corpus import CorpusError
 from lookup_knowledge.adapters.embedder import EmbedderError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.adapters.search import StoreError
-from lookup_knowledge.agent import AgentLookup, build_recorder, invocation_row
+from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, invocation_row
+from lookup_knowledge.agent.tool import failure_result, query_problem
+from lookup_knowledge.cli.display import print_result
+from lookup_knowledge.cli.eval import register as register_eval_commands
+from lookup_knowledge.cli.info import describe
+from lookup_knowledge.cli.render import GRAPHVIZ_HINT, render_execution, render_variants
 from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.display import print_result
-from lookup_knowledge.eval_cli import register as register_eval_commands
 from lookup_knowledge.extras import MissingExtraError, require
-from lookup_knowledge.info import describe
 from lookup_knowledge.ingestion import IngestReport, ingest
-from lookup_knowledge.render import GRAPHVIZ_HINT, render_execution, render_variants
 from lookup_knowledge.stores import l0_index_path
-from lookup_knowledge.tool import failure_result, query_problem
 
 app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
 console = Console()
@@ -350,7 +350,7 @@ def mcp_command(config: ConfigOption = None, overrides: SetOption = None) -> Non
         require("mcp", "lookup-knowledge mcp")
     except MissingExtraError as exc:
         _fail(str(exc))
-    from lookup_knowledge.mcp_server import serve_stdio  # the MCP SDK loads only for this command
+    from lookup_knowledge.agent.mcp_server import serve_stdio  # the MCP SDK loads only for this command
 
     settings = _config(config, overrides)
     try:

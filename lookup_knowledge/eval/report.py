@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from lookup_knowledge.config import Config  # noqa: E402
-from lookup_knowledge.evaluation import METRIC_NAMES, EvalRun  # noqa: E402
+from lookup_knowledge.eval.evaluation import METRIC_NAMES, EvalRun  # noqa: E402
 from lookup_knowledge.frames import records  # noqa: E402
 
 WORST_QUERIES = 10
@@ -96,6 +96,18 @@ def _latency_histogram(axes: plt.Axes, results: pd.DataFrame) -> None:
     axes.set_xlabel("ms")
 
 
+def _depth_note(metrics: dict[str, Any]) -> list[str]:
+    if "depth" not in metrics:
+        return []
+    return [
+        f"Rankings are {metrics['depth']} evidence blocks deep (the deepest cutoff, recall@20, needs 20 "
+        f"documents), whatever `return_n` is; `@return_n` measures score only the first "
+        f"{metrics['return_n']} blocks (`return_n`), what the agent saw. `results.parquet` holds the "
+        "deep rankings.",
+        "",
+    ]
+
+
 def _markdown(title: str, metrics: dict[str, Any], plots: list[str]) -> str:
     overall = metrics["overall"]
     lines = [f"# {title}", "", *filter_headline_lines(metrics.get("filter_headline")), "| metric | value |"]
@@ -111,6 +123,7 @@ def _markdown(title: str, metrics: dict[str, Any], plots: list[str]) -> str:
         "embeddings are computed in one batch for all queries beforehand and are not included. "
         "Queries/s covers everything, the batched embedding included.",
         "",
+        *_depth_note(metrics),
     ]
     if overall["fallback_rate_by_reason"]:
         lines += ["Fallback rate by reason:", ""]

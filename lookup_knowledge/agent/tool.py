@@ -31,7 +31,6 @@ from lookup_knowledge.pipeline import FINAL_NODE, execute_lookup, lookup_driver,
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_search_port
 
 logger = logging.getLogger(__name__)
-MAX_SESSIONS = 10_000  # sessions whose domains the tool keeps in memory (least recently used go)
 _SURROGATE = re.compile("[\ud800-\udfff]")  # Unicode category Cs: what invalid UTF-8 decodes to
 _FIELD_NAMES = {"query": "the query", "session_id": "the session id", "pinned_category": "the category"}
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # category Cc except tab, LF, CR
@@ -156,7 +155,7 @@ class KnowledgeTool:
                 known = self._sessions.setdefault(session_id, [])
                 known.extend(d for d in domains if d not in known)
                 self._sessions.move_to_end(session_id)
-                while len(self._sessions) > MAX_SESSIONS:  # a long-running server forgets the oldest
+                while len(self._sessions) > self.config.recorder.session_memory:  # oldest go first
                     self._sessions.popitem(last=False)
 
     def _reload_l0_index(self) -> None:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from lookup_knowledge.adapters.search import StoreError
 from lookup_knowledge.config import ConfigError, load_config, parse_override
-from lookup_knowledge.eval_data import (
+from lookup_knowledge.eval.data import (
     EvalDataError,
     beir_to_parquet,
     load_eval_queries,
@@ -25,7 +25,7 @@ from lookup_knowledge.eval_data import (
 from lookup_knowledge.extras import MissingExtraError, require
 
 if TYPE_CHECKING:
-    from lookup_knowledge.evaluation import EvalRun
+    from lookup_knowledge.eval.evaluation import EvalRun
 
 console = Console()
 
@@ -68,7 +68,8 @@ def eval_command(
             require("dask", "lookup-knowledge eval --dask")
     except MissingExtraError as exc:
         _fail(str(exc))
-    from lookup_knowledge.compare import (
+    from lookup_knowledge.agent.tool import KnowledgeTool
+    from lookup_knowledge.eval.compare import (
         comparison_markdown,
         comparison_table,
         ineffective_variants,
@@ -78,9 +79,8 @@ def eval_command(
         plot_sweep,
         run_variants,
     )
-    from lookup_knowledge.evaluation import filter_headline
-    from lookup_knowledge.report import write_eval_outputs
-    from lookup_knowledge.tool import KnowledgeTool
+    from lookup_knowledge.eval.evaluation import filter_headline
+    from lookup_knowledge.eval.report import write_eval_outputs
 
     try:
         base_overrides = dict(parse_override(o) for o in overrides or [])
@@ -131,7 +131,7 @@ def eval_command(
 
 
 def _with_progress(tool, queries, judgments) -> EvalRun:  # noqa: ANN001
-    from lookup_knowledge.evaluation import evaluate
+    from lookup_knowledge.eval.evaluation import evaluate
 
     columns = (TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not console.is_terminal, transient=True) as bar:
@@ -142,15 +142,15 @@ def _with_progress(tool, queries, judgments) -> EvalRun:  # noqa: ANN001
 def _distributed(settings, queries, judgments, address: str) -> EvalRun:  # noqa: ANN001
     from dask.distributed import Client
 
-    from lookup_knowledge.distributed import distributed_evaluate
+    from lookup_knowledge.eval.evaluation import distributed_evaluate
 
     with Client(address) as client:
         return distributed_evaluate(settings, queries, judgments, client)
 
 
 def _report(run: EvalRun, written: list[Path]) -> None:
-    from lookup_knowledge.evaluation import METRIC_NAMES
-    from lookup_knowledge.report import filter_headline_lines
+    from lookup_knowledge.eval.evaluation import METRIC_NAMES
+    from lookup_knowledge.eval.report import filter_headline_lines
 
     overall = run.metrics["overall"]
     table = Table(title=f"{overall['queries']} queries ({overall['judged_queries']} judged)")

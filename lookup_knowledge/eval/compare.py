@@ -17,10 +17,10 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from lookup_knowledge.agent.tool import KnowledgeTool  # noqa: E402
 from lookup_knowledge.config import Config, ConfigError, load_config  # noqa: E402
-from lookup_knowledge.eval_data import Qrels  # noqa: E402
-from lookup_knowledge.evaluation import METRIC_NAMES, EvalRun, evaluate  # noqa: E402
-from lookup_knowledge.tool import KnowledgeTool  # noqa: E402
+from lookup_knowledge.eval.data import Qrels  # noqa: E402
+from lookup_knowledge.eval.evaluation import METRIC_NAMES, EvalRun, evaluate  # noqa: E402
 
 SHARED_SECTIONS = ("store.", "embedder.")  # variants share one open store and one model
 BASELINE = "baseline"

@@ -10,20 +10,51 @@ fallback, post-processing) are untouched, so a batched result equals the single-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.tool import (
+from lookup_knowledge.agent.tool import (
     KnowledgeTool,
     LookupRequest,
     lookup_request,
     rejected_result,
 )
+from lookup_knowledge.config import Config
+from lookup_knowledge.contract import LookupResult
 
 BATCH_SIZE = 256
+
+
+@dataclass(frozen=True)
+class ToolProvider:
+    """Where a batch of eval lookups runs: on the caller's open ``tool`` (in-process executor),
+    or on a tool built from ``config`` by whichever worker runs the batch (Dask: only the
+    configuration travels; every worker opens the configured store itself)."""
+
+    config: Config
+    tool: KnowledgeTool | None = field(default=None, compare=False)
+
+    @contextmanager
+    def open(self) -> Iterator[KnowledgeTool]:
+        """The tool for one batch; a tool built here is closed afterwards."""
+        if self.tool is not None:
+            yield self.tool
+            return
+        with KnowledgeTool.from_config(self.config) as tool:
+            yield tool
+
+    def __getstate__(self) -> dict:
+        if self.tool is not None:
+            raise TypeError("an open tool cannot leave its process; give only the configuration")
+        return {"config": self.config, "tool": None}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
 
 
 class PrefetchedSearchPort(KnowledgeSearchPort):

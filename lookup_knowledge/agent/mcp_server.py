@@ -25,7 +25,13 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import ConfigDict, Field
 
 from lookup_knowledge.adapters.search import first_line
-from lookup_knowledge.agent import QUERY_DESCRIPTION, TOOL_DESCRIPTION, TOOL_NAME, AgentLookup, new_session_id
+from lookup_knowledge.agent.lookup import (
+    QUERY_DESCRIPTION,
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    AgentLookup,
+    new_session_id,
+)
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult
 

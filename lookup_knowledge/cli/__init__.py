@@ -1,0 +1,1 @@
+"""The ``lookup-knowledge`` command line: ingest, query, mcp, render, info and eval."""

@@ -1,0 +1,1 @@
+"""Batch evaluation (``[eval]`` extra): eval data, the evaluation runner, comparisons, reports."""
