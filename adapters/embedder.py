@@ -39,6 +39,10 @@ AUTO_CPU_WITHOUT_OPENVINO: dict[EncodePath, Backend] = {"query": "onnx", "docume
 logger = logging.getLogger("lookup_knowledge.embedder")
 
 
+class EmbedderError(RuntimeError):
+    """The embedding model did not load or failed to encode (the message is one line)."""
+
+
 class Embedder(ABC):
     """Turns text into unit-length vectors (an ABC, so Hamilton can type-check the input)."""
 
@@ -117,7 +121,12 @@ class SentenceTransformerEmbedder(Embedder):
 
     def encoder(self, path: EncodePath) -> TextEncoder:
         """The loaded encoder of one path (torch if the configured backend could not load)."""
-        return _load_encoder(self.model_name, self.device, self.backends[path], self.quantize)
+        try:
+            return _load_encoder(self.model_name, self.device, self.backends[path], self.quantize)
+        except Exception as exc:
+            raise EmbedderError(
+                f"the embedding model {self.model_name!r} did not load: {_reason(exc)}"
+            ) from exc
 
     @property
     def dimension(self) -> int:
@@ -135,7 +144,17 @@ class SentenceTransformerEmbedder(Embedder):
     def _encode(self, encoder: TextEncoder, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, encoder.dimension), dtype=np.float32)
-        return encoder.encode(list(texts), self.batch_size)
+        try:
+            return encoder.encode(list(texts), self.batch_size)
+        except Exception as exc:
+            raise EmbedderError(
+                f"the embedding model {self.model_name!r} failed to encode: {_reason(exc)}"
+            ) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def resolve_device(device: str) -> str:
@@ -195,8 +214,11 @@ def _cached_encoder(model_name: str, device: str, backend: Backend, quantize: Qu
     try:
         return load_exported_encoder(path, backend, quantize)
     except ExportError as exc:
+        encoder = _cached_encoder(
+            model_name, device, "torch", "none"
+        )  # a model torch cannot load either: no warning
         logger.warning("embedder.backend %s unavailable, using torch (%s)", backend, exc)
-        return _cached_encoder(model_name, device, "torch", "none")
+        return encoder
 
 
 def resolve_model_path(model_name: str) -> str:

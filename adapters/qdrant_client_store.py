@@ -35,6 +35,7 @@ from .search import (
     StoreMissingError,
     StoreOutdatedError,
     StoreUnavailableError,
+    complete_hits,
     first_line,
     stored_documents,
 )
@@ -141,7 +142,7 @@ class QdrantClientStore(KnowledgeStore):
                 found.append(ScoredPoints(request).hits(rows, dense, sparse))
             else:
                 found.append(ScoredPoints(request).hits(rows))
-        return found
+        return [complete_hits(r, hits, self._count) for r, hits in zip(requests, found, strict=True)]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):
@@ -189,8 +190,13 @@ class QdrantClientStore(KnowledgeStore):
                 return
 
     def count(self) -> int:
+        return self._count(None)
+
+    def _count(self, category: str | None) -> int:
         with self._errors("count"):
-            return self._client.count(self.collection, exact=True).count
+            return self._client.count(
+                self.collection, count_filter=_category_filter(category), exact=True
+            ).count
 
     def close(self) -> None:
         self._client.close()

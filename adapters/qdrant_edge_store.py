@@ -33,6 +33,7 @@ from .search import (
     StoreOutdatedError,
     StoreUnavailableError,
     backend_errors,
+    complete_hits,
     process_note,
     stored_documents,
 )
@@ -121,7 +122,7 @@ class QdrantEdgeStore(KnowledgeStore):
                 found.append(ScoredPoints(request).hits(rows, dense, sparse))
             else:
                 found.append(ScoredPoints(request).hits(rows))
-        return found
+        return [complete_hits(r, hits, self._count) for r, hits in zip(requests, found, strict=True)]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):
@@ -168,8 +169,11 @@ class QdrantEdgeStore(KnowledgeStore):
                 return
 
     def count(self) -> int:
+        return self._count(None)
+
+    def _count(self, category: str | None) -> int:
         with backend_errors("count"):
-            return self._shard.count(qe.CountRequest(exact=True))
+            return self._shard.count(qe.CountRequest(exact=True, filter=_category_filter(category)))
 
     def optimize(self) -> None:
         """Build the HNSW index and merge segments (run after bulk ingestion)."""

@@ -10,7 +10,7 @@ import os
 import sys
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,6 +280,26 @@ class KnowledgeStore(KnowledgeSearchPort):
 
     def optimize(self) -> None:  # noqa: B027 - optional: only embedded engines need it
         """Build indexes after bulk writes (stores that index on their own do nothing)."""
+
+
+def complete_hits(
+    request: SearchRequest, hits: list[SearchHit], stored: Callable[[str | None], int]
+) -> list[SearchHit]:
+    """``hits``, checked to hold every point the search could return.
+
+    An engine drops a point whose similarity is not a number (a vector file corrupted to NaN),
+    so corruption can look like an empty store. A dense search that returns fewer hits than
+    asked while the store holds more matching points (``stored(category)``, asked only then)
+    raises. (A lexical search returns only what matches its terms: it is not checked.)
+    """
+    if request.mode == "dense" and len(hits) < request.top_k:
+        held = stored(request.category)
+        if len(hits) < min(held, request.top_k):
+            raise StoreBackendError(
+                f"the search returned {len(hits)} of the {held} stored points it should have: their "
+                "vectors are unreadable (corrupt data, e.g. NaN); delete the store and ingest again"
+            )
+    return hits
 
 
 def _checked_cosine(point_id: Any, score: float) -> float:

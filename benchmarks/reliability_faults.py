@@ -4,7 +4,9 @@
     .venv/bin/python benchmarks/reliability_faults.py [--out benchmarks/results/reliability_faults.json]
 
 Each fault is made real: a loopback port nobody listens on, a socket that accepts and never
-answers, a missing store, a store held by another process, a corrupt vector file. Timed
+answers, a missing store, a store held by another process, a corrupt vector file (random
+bytes, NaN), a model folder without a model; ``lookup-knowledge mcp`` on a server that is down
+is timed per call through the MCP SDK's client. Timed
 in-process (``CliRunner``, interpreter start and imports excluded) and, for the server fault,
 also as a fresh process (imports included) next to ``lookup-knowledge --help`` on the same
 machine, so the share that is process start is visible.
@@ -15,8 +17,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import random
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -24,6 +28,8 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
+from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
 from lookup_knowledge import ingest, load_config, sample_knowledge_base
@@ -67,6 +73,25 @@ def timed_query(*sets: str) -> tuple[float, int, str]:
         json.loads(outcome.stdout)["evidenceStatus"] if outcome.stdout.strip() else outcome.stderr.strip()
     )
     return elapsed, outcome.exit_code, status
+
+
+async def mcp_calls(
+    path: Path, url: str, timeout: float, calls: int = 5
+) -> tuple[float, list[tuple[float, str]]]:
+    """Start ``lookup-knowledge mcp`` on a server store at ``url``; its start-up time (model load
+    included), then each call's time and status, one call a second."""
+    sets = [f"store.path={path}", "store.backend=qdrant", f"store.url={url}", f"store.timeout_s={timeout}"]
+    params = StdioServerParameters(command=str(CLI), args=["mcp", *(a for s in sets for a in ("--set", s))])
+    started = time.perf_counter()
+    answers = []
+    async with Client(params, read_timeout_seconds=300) as client:
+        start_s = time.perf_counter() - started
+        for _ in range(calls):
+            await anyio.sleep(1.0)
+            began = time.perf_counter()
+            result = await client.call_tool("lookup_knowledge", {"query": "refund approval"})
+            answers.append((time.perf_counter() - began, result.structured_content["evidenceStatus"]))
+    return start_s, answers
 
 
 def main() -> None:
@@ -121,6 +146,36 @@ def main() -> None:
     elapsed, code, status = timed_query(f"store.path={corrupt}")
     rows.append({"fault": "random bytes in the vector file", "setting": "", "seconds": elapsed, "exit": code,
                  "status": status})  # fmt: skip
+
+    poisoned = work / "nan"
+    subprocess.run(["cp", "-r", str(store), str(poisoned)], check=True)
+    [vectors] = (poisoned / "knowledge").rglob("vector_storage/vectors/chunk_0.mmap")
+    with vectors.open("r+b") as handle:  # every stored vector
+        handle.write(struct.pack("<f", math.nan) * (vectors.stat().st_size // 4))
+    elapsed, code, status = timed_query(f"store.path={poisoned}")
+    rows.append({"fault": "NaN in the vector file", "setting": "", "seconds": elapsed, "exit": code,
+                 "status": status})  # fmt: skip
+
+    no_model = work / "empty-model"
+    no_model.mkdir()
+    elapsed, code, status = timed_query(f"store.path={store}", f"embedder.model={no_model}")
+    rows.append({"fault": "model folder without a model (query)", "setting": "", "seconds": elapsed,
+                 "exit": code, "status": status})  # fmt: skip
+    started = time.perf_counter()
+    outcome = CliRunner().invoke(
+        app, ["ingest", str(sample_knowledge_base()), "--set", f"store.path={work / 'm'}",
+              "--set", f"embedder.model={no_model}"],
+    )  # fmt: skip
+    rows.append({"fault": "model folder without a model (ingest)", "setting": "",
+                 "seconds": time.perf_counter() - started, "exit": outcome.exit_code,
+                 "status": outcome.stderr.strip()[:100]})  # fmt: skip
+
+    for name, url in [("refuses", f"http://{free_port()}"), ("hung", f"http://{hung}")]:
+        start_s, calls = anyio.run(mcp_calls, work / "q", url, 1.0)
+        rows.append({"fault": f"mcp, qdrant server {name}", "setting": "timeout_s=1",
+                     "seconds": max(s for s, _ in calls), "exit": None,
+                     "status": ", ".join(sorted({status for _, status in calls})),
+                     "server_start_s": start_s, "call_seconds": [s for s, _ in calls]})  # fmt: skip
 
     started = time.perf_counter()
     sets = [

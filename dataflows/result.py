@@ -202,6 +202,8 @@ def lookup_result(
         message = MESSAGES["l1_disabled"]
     else:
         message = MESSAGES[evidence_status]
+    if evidence_status == "retrieval_failed":  # the first error says what failed: down, missing, corrupt
+        message += f" First error: {retrieval_trace.attempts[0].error}"
     return LookupResult(
         query=query,
         found=found,

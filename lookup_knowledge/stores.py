@@ -9,6 +9,7 @@ from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, KnowledgeStore
+from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort, open_shared
 from lookup_knowledge.config import Config
 
@@ -44,12 +45,19 @@ def open_store(config: Config, dimension: int | None = None, *, create: bool = T
     return QdrantClientStore(store.collection, dimension, location=location, create=create)
 
 
-def open_search_port(config: Config, on_reopen: Callable[[], None]) -> KnowledgeSearchPort:
+def open_search_port(
+    config: Config, on_reopen: Callable[[], None], *, require_store: bool = True
+) -> KnowledgeSearchPort:
     """The search port of a long-lived lookup process: an embedded store it hands over to
-    another process that asks (then reopens, calling ``on_reopen``); a server store as is."""
+    another process that asks (then reopens, calling ``on_reopen``); a server store reopened
+    after an outage (``require_store=False``: even one that is down now, for a server that
+    must start anyway and answer ``retrieval_failed`` until the store is back)."""
     store = config.store
     if store.backend != "edge":
-        return open_store(config, create=False)
+        port = ReconnectingSearchPort(lambda: open_store(config, create=False), on_reopen)
+        if require_store:
+            port.connect()
+        return port
     path = store.path / store.collection
     return SharedSearchPort(lambda: QdrantEdgeStore(path, create=False), path, store.lock_wait_s, on_reopen)
 

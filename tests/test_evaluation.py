@@ -306,12 +306,13 @@ def test_evaluate_writes_results_metrics_and_report(tool: KnowledgeTool, tmp_pat
     assert row.loc["q-none", "evidence_status"] == "invalid_input"
     assert row.loc["q-refund", "doc_ids"][0] == "refunds"
     assert row.loc["q-keys", "category_filter"] == "payments"  # the pin overrides L0
-    assert row.loc["q-keys", "fallback_reason"] == "filtered_vector_low_quality"
+    # the pinned category's one document scores below min_evidence_score: nothing usable, so retried
+    assert row.loc["q-keys", "fallback_reason"] == "filtered_vector_no_evidence"
     assert json.loads(row.loc["q-kafka", "result_json"])["evidenceBlocks"][0]["docId"] == "kafka-runbook"
     overall = run.metrics["overall"]
     assert overall["queries"] == 4 and overall["judged_queries"] == 3
     assert overall["ndcg@10"] == pytest.approx(1.0)
-    assert overall["fallback_rate_by_reason"] == {"filtered_vector_low_quality": 0.25}
+    assert overall["fallback_rate_by_reason"] == {"filtered_vector_no_evidence": 0.25}
     assert set(run.metrics["per_category"]) == {"payments"}
     written = write_eval_outputs(run, tmp_path / "out")
     assert {p.name for p in written} >= {
@@ -420,7 +421,8 @@ def test_filter_headline_of_wrong_and_right_pins(tool: KnowledgeTool, tmp_path: 
         assert measured["ndcg@10"] == pytest.approx(1.0)  # the fallback undid every wrong pin
         if wrong:
             assert measured["share_of_unfiltered_kept"] == pytest.approx(1.0)
-            assert run.metrics["overall"]["fallback_rate_by_reason"] == {"filtered_vector_low_quality": 1.0}
+            # each wrong category's documents score below min_evidence_score: nothing usable
+            assert run.metrics["overall"]["fallback_rate_by_reason"] == {"filtered_vector_no_evidence": 1.0}
         else:  # a right filter cannot beat a perfect unfiltered ranking: no gain to share
             assert measured["pure_filter_ndcg@10"] == pytest.approx(1.0)
             assert measured["share_of_filter_gain_kept"] is None

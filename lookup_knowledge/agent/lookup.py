@@ -122,10 +122,11 @@ class AgentLookup:
         self.recorder = recorder
 
     @classmethod
-    def from_config(cls, config: Config, *, record: bool = True) -> AgentLookup:
-        """The configured tool, recording to :func:`invocation_db_url` when ``record``."""
+    def from_config(cls, config: Config, *, record: bool = True, require_store: bool = True) -> AgentLookup:
+        """The configured tool, recording to :func:`invocation_db_url` when ``record``
+        (``require_store``: see :meth:`KnowledgeTool.from_config`)."""
         recorder = build_recorder(config) if record else None
-        return cls(KnowledgeTool.from_config(config), recorder)
+        return cls(KnowledgeTool.from_config(config, require_store=require_store), recorder)
 
     def call(self, query: Any, session_id: str | None = None) -> LookupResult:
         """Look up ``query`` in ``session_id`` (``None``: a session of its own) and record the call."""

@@ -15,6 +15,7 @@ connection (a new process) starts empty.
 from __future__ import annotations
 
 import json
+import logging
 from importlib.metadata import version
 from typing import Annotated
 
@@ -23,6 +24,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent
 from pydantic import ConfigDict, Field
 
+from lookup_knowledge.adapters.search import first_line
 from lookup_knowledge.agent.lookup import (
     QUERY_DESCRIPTION,
     TOOL_DESCRIPTION,
@@ -32,6 +34,8 @@ from lookup_knowledge.agent.lookup import (
 )
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult
+
+logger = logging.getLogger(__name__)
 
 SERVER_NAME = "lookup-knowledge"
 INSTRUCTIONS = (
@@ -75,6 +79,20 @@ def _closed_arguments(tool: Tool) -> Tool:
 
 
 def serve_stdio(config: Config) -> None:
-    """Serve the configured tool over stdio until the client disconnects."""
-    with AgentLookup.from_config(config) as agent:
+    """Serve the configured tool over stdio until the client disconnects.
+
+    A server store that is down serves anyway: each call answers ``retrieval_failed`` within
+    ``store.timeout_s`` until the store is back. The query model loads before serving, so the
+    first call is bounded like the others.
+    """
+    with AgentLookup.from_config(config, require_store=False) as agent:
+        _load_model(agent)
         build_server(agent).run("stdio")
+
+
+def _load_model(agent: AgentLookup) -> None:
+    """Load the query model now; one that fails is reported by each call (``retrieval_failed``)."""
+    try:
+        agent.tool.embedder.embed_query("warm-up")
+    except Exception as exc:
+        logger.warning("the embedding model did not load: %s", first_line(exc))

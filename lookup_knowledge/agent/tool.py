@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, fie
 from pydantic_core import PydanticCustomError
 from threadpoolctl import ThreadpoolController
 
-from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, StoreError
 from lookup_knowledge.config import Config
@@ -52,6 +52,7 @@ class KnowledgeTool:
         embedder: Embedder | None = None,
         l0_index: L0Index | None = None,
         adapters: Sequence[Any] = (),
+        require_store: bool = True,
     ) -> None:
         self.config = config
         self.embedder = embedder or build_embedder(config)
@@ -59,7 +60,9 @@ class KnowledgeTool:
         self.l0_index = l0_index if l0_index is not None else L0Index.load(l0_index_path(config))
         if search_port is None and config.l1.enabled:
             # opened before the model loads; handed over to an ingest that asks, then reopened
-            search_port = self._owned_store = open_search_port(config, on_reopen=self._reload_l0_index)
+            search_port = self._owned_store = open_search_port(
+                config, on_reopen=self._reload_l0_index, require_store=require_store
+            )
         self.search_port = search_port
         self.driver, self.executed_nodes = lookup_driver(config, *_tracing(config), *adapters)
         self._static_inputs = {
@@ -77,9 +80,10 @@ class KnowledgeTool:
         self._sessions_lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, config: Config) -> KnowledgeTool:
-        """Build the tool on the configured store, embedder and L0 index."""
-        return cls(config)
+    def from_config(cls, config: Config, *, require_store: bool = True) -> KnowledgeTool:
+        """Build the tool on the configured store, embedder and L0 index (``require_store=False``:
+        a server store that is down now is retried at each lookup instead of failing here)."""
+        return cls(config, require_store=require_store)
 
     def lookup(
         self,
@@ -115,7 +119,7 @@ class KnowledgeTool:
         try:
             with _one_blas_thread():
                 return execute_lookup(self.driver, inputs, overrides)
-        except StoreError as exc:  # the store failed outside a search the fallback answers
+        except (StoreError, EmbedderError) as exc:  # the store (outside a search) or the model failed
             logger.warning("lookup failed: %s", exc)
             failure = exc
         except Exception as exc:  # the model, or a defect: logged with its traceback

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from lookup_knowledge.adapters.corpus import CorpusError
+from lookup_knowledge.adapters.embedder import EmbedderError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.adapters.search import StoreError
 from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, invocation_row
@@ -78,6 +79,8 @@ def ingest_command(
         report = ingest(source, settings, prune=prune, progress=True)  # a bar, or lines in a log
     except (CorpusError, StoreError) as exc:
         _fail(str(exc))
+    except EmbedderError as exc:  # what was written stays; the next run completes it
+        _fail(f"{exc}; documents written before the failure are kept, run ingest again", code=1)
     _print_ingest_report(report)
 
 

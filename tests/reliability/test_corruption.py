@@ -55,6 +55,35 @@ def test_garbage_in_the_vector_file_gives_retrieval_failed(small_store: Config, 
     assert errors and all("outside the cosine range" in e and "ingest again" in e for e in errors)
 
 
+def _overwrite_vectors(config: Config, values: np.ndarray) -> None:
+    [vectors] = (config.store.path / config.store.collection).rglob("vector_storage/vectors/chunk_0.mmap")
+    with vectors.open("r+b") as handle:
+        handle.write(values.astype(np.float32).tobytes())
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_vectors_give_retrieval_failed_not_no_evidence(
+    small_store: Config, embedder, value: float
+) -> None:
+    _overwrite_vectors(small_store, np.full(8 * 384, value))  # every stored vector
+    with AgentLookup.from_config(small_store, record=False) as agent:
+        agent.tool.embedder = embedder
+        result = agent.call("refund within 30 days")
+    assert result.evidence_status == "retrieval_failed"
+    errors = [attempt.error or "" for attempt in result.retrieval_trace.attempts]
+    assert errors and all("corrupt" in e and "ingest again" in e for e in errors)
+    assert "ingest again" in result.message
+
+
+def test_one_non_finite_vector_fails_the_searches_that_miss_it(small_store: Config, embedder) -> None:
+    _overwrite_vectors(small_store, np.full(384, np.nan))  # the first stored vector only
+    with AgentLookup.from_config(small_store, record=False) as agent:
+        agent.tool.embedder = embedder
+        result = agent.call("refund within 30 days")
+    unfiltered = [a for a in result.retrieval_trace.attempts if a.kind == "unfiltered"]
+    assert unfiltered and "returned 4 of the 5 stored points" in (unfiltered[0].error or "")
+
+
 @pytest.mark.parametrize(
     "content",
     [b'{"version": 1, "documents": [{"doc_id"', b'{"version": 99, "documents": []}', b"\xff\xfe", b"[]"],

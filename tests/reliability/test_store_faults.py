@@ -138,3 +138,29 @@ def test_edge_store_opens_without_knowing_the_dimension(tmp_path: Path) -> None:
         assert store.count() == 0
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("kind", ["refused", "hung"])
+def test_ingest_with_the_server_down_is_one_line(
+    kind: str, tmp_path: Path, small_corpus: Path, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(f"{kind}_url")
+    sets = [
+        f"store.path={tmp_path / 'store'}",
+        "store.backend=qdrant",
+        f"store.url={url}",
+        "store.timeout_s=1",
+    ]
+    args = ["ingest", str(small_corpus), *[arg for setting in sets for arg in ("--set", setting)]]
+    outcome = CliRunner().invoke(app, args)
+    assert outcome.exit_code == 2
+    assert outcome.stderr.count("\n") == 1 and "is unavailable" in outcome.stderr and url in outcome.stderr
+    assert "Traceback" not in outcome.stderr
+
+
+def test_a_rejected_query_creates_nothing_where_store_path_points(tmp_path: Path) -> None:
+    target = tmp_path / "etc"
+    target.mkdir()
+    outcome = CliRunner().invoke(app, ["query", "\u200b", "--set", f"store.path={target}"])
+    assert outcome.exit_code == 2 and "invalid query" in outcome.stderr
+    assert not list(target.iterdir())  # no invocations.sqlite where no store was ingested

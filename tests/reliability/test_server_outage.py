@@ -1,0 +1,149 @@
+"""A serving process outlives its Qdrant server's outages.
+
+``lookup-knowledge mcp`` with ``store.backend=qdrant`` and the server down starts anyway and
+answers each call with ``retrieval_failed`` within ``store.timeout_s`` (+1 s); the search port
+behind it reopens the store once the server is back.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from conftest import make_config
+from mcp import Client, StdioServerParameters
+
+from lookup_knowledge import ingest
+from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
+from lookup_knowledge.adapters.search import SearchRequest, StoreMissingError, StoreUnavailableError
+from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
+from lookup_knowledge.agent.lookup import TOOL_NAME
+from lookup_knowledge.stores import open_store
+
+LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
+STARTUP_TIMEOUT_S = 180  # the server imports torch and loads the model on a busy 2-core machine
+TIMEOUT_S = 1.0
+CALLS = 3
+
+
+@pytest.fixture
+def refused_url() -> str:
+    """A loopback port nobody listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def hung_url(silent_port: int) -> str:
+    return f"http://127.0.0.1:{silent_port}"
+
+
+async def _calls_to_a_server_without_its_store(store: Path, url: str) -> list[tuple[dict, float]]:
+    sets = [f"store.path={store}", "store.backend=qdrant", f"store.url={url}", f"store.timeout_s={TIMEOUT_S}"]
+    args = ["mcp", *[arg for setting in sets for arg in ("--set", setting)]]
+    params = StdioServerParameters(command=str(LOOKUP_KNOWLEDGE), args=args)
+    answers = []
+    async with Client(params, read_timeout_seconds=STARTUP_TIMEOUT_S) as client:
+        for _ in range(CALLS):
+            started = time.perf_counter()
+            result = await client.call_tool(TOOL_NAME, {"query": "Who approves a refund above 500 EUR?"})
+            answers.append((result.structured_content, time.perf_counter() - started))
+            assert not result.is_error  # an outage is a result, not a tool error
+    return answers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["refused", "hung"])
+def test_mcp_serves_retrieval_failed_while_the_server_is_down(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(f"{kind}_url")
+    answers = anyio.run(_calls_to_a_server_without_its_store, tmp_path, url)
+    assert len(answers) == CALLS  # the server started and stayed up
+    print(f"mcp, server {kind}: calls answered in", ", ".join(f"{elapsed:.2f} s" for _, elapsed in answers))
+    for result, elapsed in answers:
+        assert result["evidenceStatus"] == "retrieval_failed"
+        assert result["found"] is False
+        errors = [attempt["error"] for attempt in result["retrievalTrace"]["attempts"]]
+        assert errors and all(url in error for error in errors)
+        assert elapsed < TIMEOUT_S + 1, f"{kind}: {elapsed:.2f} s"
+
+
+class FlakyServer:
+    """A real store (qdrant-client's local mode) behind a switch: while ``down``, opening it and
+    searching an open one fail as an unreachable server does (the injected fault)."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+        self.down = True
+        self.opened = 0
+
+    def __call__(self) -> FlakyStore:
+        self._check()
+        self.opened += 1
+        return FlakyStore(open_store(self.config, create=False), self)
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreUnavailableError("Qdrant at http://qdrant:6333 is unavailable: connection refused")
+
+
+class FlakyStore:
+    def __init__(self, store: QdrantClientStore, server: FlakyServer) -> None:
+        self.store, self.server = store, server
+
+    def search(self, request: SearchRequest):
+        self.server._check()
+        return self.store.search(request)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def test_the_port_answers_each_outage_and_recovers(tmp_path: Path, small_corpus: Path, embedder) -> None:
+    config = make_config(tmp_path, store__backend="qdrant")
+    ingest(small_corpus, config, embedder=embedder)
+    server = FlakyServer(config)
+    reopened: list[int] = []
+    port = ReconnectingSearchPort(server, on_reopen=lambda: reopened.append(server.opened), retry_after_s=0.2)
+    request = SearchRequest("refunds", embedder.embed_query("refund policy"), 3)
+    try:
+        with pytest.raises(StoreUnavailableError, match="unavailable"):
+            port.search(request)  # down at the start
+        server.down = False
+        with pytest.raises(StoreUnavailableError):  # within retry_after_s: the same answer at once
+            port.search(request)
+        time.sleep(0.25)
+        assert port.search(request)[0].doc_id == "refunds"  # back: opened afresh
+        assert (server.opened, reopened) == (1, [])  # the first open is no reopening
+        server.down = True
+        with pytest.raises(StoreUnavailableError):  # down while serving: the open client fails
+            port.search(request)
+        server.down = False
+        with pytest.raises(StoreUnavailableError):
+            port.search(request)
+        assert server.opened == 1  # failing at once: no new connection attempt yet
+        time.sleep(0.25)
+        assert port.search(request)[0].doc_id == "refunds"
+        assert (server.opened, reopened) == (2, [2])  # reopened, and the caller told (L0 reload)
+    finally:
+        port.close()
+
+
+def test_a_missing_collection_is_retried_too(tmp_path: Path, small_corpus: Path, embedder) -> None:
+    config = make_config(tmp_path, store__backend="qdrant")
+    port = ReconnectingSearchPort(lambda: open_store(config, create=False), retry_after_s=0)
+    request = SearchRequest("refunds", embedder.embed_query("refund policy"), 3)
+    try:
+        with pytest.raises(StoreMissingError, match="ingest first"):
+            port.search(request)
+        ingest(small_corpus, config, embedder=embedder)
+        assert port.search(request)[0].doc_id == "refunds"
+    finally:
+        port.close()
