@@ -290,9 +290,10 @@ def complete_hits(
     An engine drops a point whose similarity is not a number (a vector file corrupted to NaN),
     so corruption can look like an empty store. A dense search that returns fewer hits than
     asked while the store holds more matching points (``stored(category)``, asked only then)
-    raises. (A lexical search returns only what matches its terms: it is not checked.)
+    raises; so does a hybrid one, whose dense prefetch alone fills ``top_k``. (A lexical search
+    returns only what matches its terms: it is not checked.)
     """
-    if request.mode == "dense" and len(hits) < request.top_k:
+    if request.mode != "sparse" and len(hits) < request.top_k:
         held = stored(request.category)
         if len(hits) < min(held, request.top_k):
             raise StoreBackendError(

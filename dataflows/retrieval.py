@@ -2,8 +2,7 @@
 sparse or hybrid), the filtered search, its unfiltered companion, and the fallback decision.
 
 The fallback decision and ``min_evidence_score`` read each hit's ``normalized_score``, its dense
-cosine clipped to [0, 1], in every mode (a hit BM25 matched by a query term is evidence below
-``min_evidence_score`` too): a fused score ranks by position, so both the filtered
+cosine clipped to [0, 1], in every mode: a fused score ranks by position, so both the filtered
 and the unfiltered search's best hit would score alike (see ``docs/quality.md``).
 
 With a category filter (and the fallback on) the filtered and the unfiltered search go to the
@@ -135,10 +134,7 @@ def search_request__hybrid(
 
 
 def _is_usable(hit: SearchHit, min_evidence_score: float) -> bool:
-    """Evidence: text whose dense cosine reaches ``min_evidence_score``, or that BM25 matched by
-    one of the query's terms (an exact code a small embedding model blurs)."""
-    relevant = hit.normalized_score >= min_evidence_score or bool(hit.matched_terms)
-    return relevant and bool(hit.content.strip())
+    return hit.normalized_score >= min_evidence_score and bool(hit.content.strip())
 
 
 def _attempt(
