@@ -209,7 +209,7 @@ def test_retrieve_k_return_n_and_legacy_top_k_precedence(
     return_n,
 ):
     port = FaultySearchPort(sample_kb.store)
-    no_floor = {"retrieval__relative_evidence_floor": 0, **overrides}
+    no_floor = {"retrieval__relative_evidence_floor": 0, "retrieval__min_evidence_score": 0, **overrides}
     result = as_json(make_tool(sample_kb, embedder, search_port=port, **no_floor).lookup(PARCEL_QUERY))
     trace = result["retrievalTrace"]
     assert (trace["retrieveK"], trace["returnN"]) == (width, return_n)
