@@ -137,7 +137,9 @@ def _export(model_path: str, export_dir: Path) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.models import Normalize
+    from transformers.utils import logging as transformers_logging
 
+    transformers_logging.disable_progress_bar()  # stderr stays for the one-line messages
     model = SentenceTransformer(model_path, device="cpu", local_files_only=True).eval()
     tokenizer = model.tokenizer
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tokenizer.model_input_names]

@@ -186,3 +186,18 @@ def silent_port() -> Iterator[int]:
     server.close()
     for connection in held:
         connection.close()
+
+
+@pytest.fixture
+def refused_url() -> str:
+    """A loopback URL nobody listens on (a server that is down)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def hung_url(silent_port: int) -> str:
+    """A server URL that accepts connections and never answers."""
+    return f"http://127.0.0.1:{silent_port}"

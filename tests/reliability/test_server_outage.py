@@ -7,7 +7,6 @@ behind it reopens the store once the server is back.
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from pathlib import Path
@@ -28,20 +27,6 @@ LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
 STARTUP_TIMEOUT_S = 180  # the server imports torch and loads the model on a busy 2-core machine
 TIMEOUT_S = 1.0
 CALLS = 3
-
-
-@pytest.fixture
-def refused_url() -> str:
-    """A loopback port nobody listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
-@pytest.fixture
-def hung_url(silent_port: int) -> str:
-    return f"http://127.0.0.1:{silent_port}"
 
 
 async def _calls_to_a_server_without_its_store(store: Path, url: str) -> list[tuple[dict, float]]:

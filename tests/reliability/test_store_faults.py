@@ -7,7 +7,6 @@ collection that is missing, and a store locked by another holder.
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -27,21 +26,6 @@ from lookup_knowledge.cli.app import app
 from lookup_knowledge.stores import open_store
 
 TIMEOUT_S = 1.0
-
-
-@pytest.fixture
-def refused_url() -> str:
-    """A loopback port nobody listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
-@pytest.fixture
-def hung_url(silent_port: int) -> str:
-    """A server that accepts connections and never answers."""
-    return f"http://127.0.0.1:{silent_port}"
 
 
 def query_json(tmp_path: Path, url: str, *extra: str) -> tuple[int, dict, float]:
