@@ -158,7 +158,9 @@ class SearchHit:
     one calibrated scale. ``dense_rank`` and ``sparse_rank`` are the hit's places (from 1) in
     the dense and the sparse search; they and ``sparse_score`` are ``None`` when that search did
     not rank it in its top ``prefetch_k``. ``matched_terms``: the query terms the hit's BM25
-    vector holds (sparse, hybrid).
+    vector holds (sparse, hybrid); ``exact_codes``: the query's codes (identifiers such as
+    ``INV-48213``, see :meth:`~lookup_knowledge.adapters.sparse.Bm25Encoder.query_codes`) whose
+    every part the hit's BM25 vector holds (sparse, hybrid).
     """
 
     point_id: str
@@ -174,6 +176,7 @@ class SearchHit:
     dense_rank: int | None = None
     sparse_rank: int | None = None
     matched_terms: tuple[str, ...] = ()
+    exact_codes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +326,7 @@ def hit_from_payload(
     dense_rank: int | None = None,
     sparse_rank: int | None = None,
     matched_terms: Sequence[str] = (),
+    exact_codes: Sequence[str] = (),
 ) -> SearchHit:
     """Build a :class:`SearchHit` from a store's raw point (shared by both adapters); a dense
     search's ``score`` is its cosine."""
@@ -343,6 +347,7 @@ def hit_from_payload(
         dense_rank=dense_rank,
         sparse_rank=sparse_rank,
         matched_terms=tuple(matched_terms),
+        exact_codes=tuple(exact_codes),
     )
 
 
@@ -352,12 +357,14 @@ Point = tuple[Any, float, "Mapping[str, Any] | None", "Mapping[str, Any] | None"
 class ScoredPoints:
     """Turns one request's raw points into hits: the dense cosine of each (from its stored dense
     vector when the store ranked by something else), its sparse score, its places in the dense
-    and sparse searches, and the query terms it matched."""
+    and sparse searches, the query terms it matched and the query's codes it holds."""
 
     def __init__(self, request: SearchRequest) -> None:
         self.request = request
         self._query = np.asarray(request.query_vector, dtype=np.float32)
-        self._terms = bm25_encoder().query_terms(request.query_text) if request.mode != "dense" else {}
+        lexical = request.mode != "dense"
+        self._terms = bm25_encoder().query_terms(request.query_text) if lexical else {}
+        self._codes = bm25_encoder().query_codes(request.query_text) if lexical else {}
 
     def hits(
         self,
@@ -393,6 +400,7 @@ class ScoredPoints:
         hits = []
         for (pid, score, payload, vectors), cosine in zip(points, cosines, strict=True):
             sparse_rank, sparse_score = sparse_places.get(pid, (None, None))
+            held = set(vectors[SPARSE_VECTOR].indices)
             hits.append(
                 hit_from_payload(
                     pid,
@@ -403,7 +411,8 @@ class ScoredPoints:
                     fused_score=score if mode == "hybrid" else None,
                     dense_rank=dense_places.get(pid),
                     sparse_rank=sparse_rank,
-                    matched_terms=Bm25Encoder.matched_terms(self._terms, vectors[SPARSE_VECTOR].indices),
+                    matched_terms=Bm25Encoder.matched_terms(self._terms, held),
+                    exact_codes=[code for code, parts in self._codes.items() if parts <= held],
                 )
             )
         return hits

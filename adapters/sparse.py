@@ -31,6 +31,8 @@ _CJK_RUN = re.compile(
     "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]+"
 )
 _TERM = re.compile(r"\w+")
+_WORD = re.compile(r"\w+(?:[-./:#]\w+)*")  # a word with its inner separators: INV-48213, orders.v2
+_JOINED = re.compile(r"[^\W_]{2,}(?:[_.][^\W_]{2,})+")  # snake_case and dotted names: max_lag.ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,21 @@ class Bm25Encoder:
         ids = {term: self._model.embed_query(term).indices for term in sorted(terms, key=len, reverse=True)}
         return {term: found[0] for term, found in ids.items() if len(found) == 1}
 
+    def query_codes(self, query: str) -> dict[str, frozenset[int]]:
+        """The query's codes -> the token ids of their parts.
+
+        A code is an identifier a small embedding model blurs: a word of at least three
+        characters holding letters and digits (``E4471``, ``INV-48213``, ``orders.v2.dlq``) or
+        letters joined by ``_`` or ``.`` (``max_poll_records``, ``retrieval.mode``). Plain
+        words, hyphenated words and bare numbers are not codes.
+        """
+        codes = {
+            word: frozenset(self._model.embed_query(word).indices)
+            for word in _WORD.findall(query)
+            if _is_code(word)
+        }
+        return {word: parts for word, parts in codes.items() if parts}
+
     @staticmethod
     def matched_terms(query_terms: dict[str, int], document_indices: Iterable[int]) -> list[str]:
         """Of :meth:`query_terms`, those in a document's sparse vector, capped at
@@ -87,6 +104,11 @@ class Bm25Encoder:
             if index in held and not any(term in longer for longer in matched):
                 matched.append(term)
         return matched[:MAX_MATCHED_TERMS]
+
+
+def _is_code(word: str) -> bool:
+    letters, digits = any(c.isalpha() for c in word), any(c.isdigit() for c in word)
+    return len(word) >= 3 and (letters and digits or _JOINED.fullmatch(word) is not None)
 
 
 def _plain(vector: qe.SparseVector) -> SparseVector:

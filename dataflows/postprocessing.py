@@ -92,7 +92,7 @@ def _signal_reasons(hit: SearchHit, place: int, retrieval_mode: str, fusion: str
         reasons.append(f"vector:sparse rank {hit.sparse_rank}{terms}")
     if retrieval_mode == "hybrid":
         reasons.append(f"fused rank {place} ({fusion})")
-    return reasons
+    return reasons + [f"exact_code:{code}" for code in hit.exact_codes]
 
 
 def candidates_df(

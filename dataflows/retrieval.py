@@ -3,7 +3,9 @@ sparse or hybrid), the filtered search, its unfiltered companion, and the fallba
 
 The fallback decision and ``min_evidence_score`` read each hit's ``normalized_score``, its dense
 cosine clipped to [0, 1], in every mode: a fused score ranks by position, so both the filtered
-and the unfiltered search's best hit would score alike (see ``docs/quality.md``).
+and the unfiltered search's best hit would score alike (see ``docs/quality.md``). A sparse or
+hybrid hit that holds one of the query's codes (``INV-48213``, ``E4471``) is evidence whatever
+its dense score.
 
 With a category filter (and the fallback on) the filtered and the unfiltered search go to the
 store as one batched request. The decision then compares the two result lists of the same query
@@ -134,7 +136,9 @@ def search_request__hybrid(
 
 
 def _is_usable(hit: SearchHit, min_evidence_score: float) -> bool:
-    return hit.normalized_score >= min_evidence_score and bool(hit.content.strip())
+    """Evidence: a hit with text whose dense score reaches ``min_evidence_score``, or that holds
+    one of the query's codes exactly (sparse, hybrid: an error code the model blurs)."""
+    return (hit.normalized_score >= min_evidence_score or bool(hit.exact_codes)) and bool(hit.content.strip())
 
 
 def _attempt(

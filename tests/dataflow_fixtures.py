@@ -44,13 +44,18 @@ def config_for(store_path: Path, **overrides: Any) -> Config:
     return load_config(overrides=values)
 
 
+def ingest_kb(source: Path, store_path: Path, embedder: Embedder) -> SampleKB:
+    """Ingest the knowledge base at ``source`` into ``store_path`` and hold its store open."""
+    config = config_for(store_path)
+    ingest(source, config, embedder=embedder)
+    store = open_store(config, embedder.dimension, create=False)
+    documents = {doc.doc_id: doc for doc in read_corpus(source).documents}
+    return SampleKB(store_path, store, L0Index.load(l0_index_path(config)), documents)
+
+
 def ingest_sample_kb(store_path: Path, embedder: Embedder) -> SampleKB:
     """Ingest the sample knowledge base into ``store_path`` and hold its store open."""
-    config = config_for(store_path)
-    ingest(sample_knowledge_base(), config, embedder=embedder)
-    store = open_store(config, embedder.dimension, create=False)
-    documents = {doc.doc_id: doc for doc in read_corpus(sample_knowledge_base()).documents}
-    return SampleKB(store_path, store, L0Index.load(l0_index_path(config)), documents)
+    return ingest_kb(sample_knowledge_base(), store_path, embedder)
 
 
 def make_tool(

@@ -11,7 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import qdrant_edge as qe
-from dataflow_fixtures import FAPIAO_DOC, FAPIAO_QUERY, REFUND_DOC, REFUND_QUERY, make_tool
+from conftest import write_corpus
+from dataflow_fixtures import (
+    FAPIAO_DOC,
+    FAPIAO_QUERY,
+    REFUND_DOC,
+    REFUND_QUERY,
+    SampleKB,
+    ingest_kb,
+    make_tool,
+)
 from qdrant_client import QdrantClient, models
 
 from lookup_knowledge import KnowledgeTool
@@ -113,6 +122,22 @@ def test_exact_codes_keep_their_parts() -> None:
     assert encoder.embed_query("48213").indices[0] in encoder.embed_query("INV-48213").indices
 
 
+@pytest.mark.parametrize(
+    ("query", "codes"),
+    [
+        ("why does INV-48213 fail", ["INV-48213"]),
+        ("E4471 in orders.v2.dlq", ["E4471", "orders.v2.dlq"]),
+        ("raise max_poll_records or retrieval.mode", ["max_poll_records", "retrieval.mode"]),
+        ("a long-term e.g. T-cell study of 37778 mice", []),  # words, abbreviations, bare numbers
+        ("x1 ab", []),  # too short
+    ],
+)
+def test_query_codes_are_identifiers_not_words_or_numbers(query: str, codes: list[str]) -> None:
+    found = bm25_encoder().query_codes(query)
+    assert list(found) == codes
+    assert all(parts for parts in found.values())
+
+
 def test_matched_terms_name_the_shared_words_longest_first_and_capped() -> None:
     encoder = bm25_encoder()
     document = encoder.embed_document("增值税专用发票申请流程")
@@ -148,6 +173,10 @@ def test_sparse_finds_an_exact_code_that_dense_misses(stores, embedder, kind: st
     )
     hybrid = store.search(request(embedder, CODE_QUERY, "hybrid"))
     assert {h.doc_id for h in hybrid[:2]} == {"settlement", "invoices"}  # each first in one search
+    for hits in (sparse, hybrid):  # the chunk holding the code says so; "INV-2024-0042" does not
+        assert {h.doc_id: h.exact_codes for h in hits}["settlement"] == (CODE_QUERY,)
+        assert all(not h.exact_codes for h in hits if h.doc_id != "settlement")
+    assert all(not h.exact_codes for h in dense)  # a dense search reads no BM25 vector
 
 
 @pytest.mark.parametrize("kind", STORE_KINDS)
@@ -320,3 +349,46 @@ def test_a_chinese_query_reaches_its_chunk_by_its_words_in_the_pipeline(sample_k
     block = tool.lookup(FAPIAO_QUERY).evidence_blocks[0]
     assert block.doc_id == FAPIAO_DOC
     assert any("发票" in r for r in block.hit_reasons if r.startswith("vector:sparse"))
+
+
+CODE_KB = {  # the code chunk scores a dense cosine under 0.2 for the bare code: MiniLM blurs it
+    "kafka.md": (
+        {"id": "kafka", "title": "Kafka consumer lag", "domain": "platform"},
+        "# Kafka consumer lag\n\nWhen the topic orders.v2.dlq grows, error E4471 appears in the "
+        "consumer logs. Restart the consumer group billing-sync-7.",
+    ),
+    "invoices.md": (
+        {"id": "invoices", "title": "Invoices", "domain": "finance"},
+        "# Invoices\n\nInvoice numbers look like INV-2024-0042. Finance reissues a wrong invoice.",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def code_kb(tmp_path_factory: pytest.TempPathFactory, embedder) -> SampleKB:
+    root = tmp_path_factory.mktemp("code-kb")
+    return ingest_kb(write_corpus(root / "docs", CODE_KB), root / "store", embedder)
+
+
+@pytest.mark.parametrize("mode", ["sparse", "hybrid"])
+def test_an_exact_code_is_evidence_below_the_dense_floor(code_kb, embedder, mode) -> None:
+    tool = make_tool(code_kb, embedder, retrieval__mode=mode)
+    result = tool.lookup("E4471")
+    assert result.evidence_status == "evidence"
+    block = result.evidence_blocks[0]
+    assert block.doc_id == "kafka"
+    assert block.normalized_score < tool.config.retrieval.min_evidence_score  # kept by the code
+    assert "exact_code:E4471" in block.hit_reasons
+
+
+def test_dense_mode_has_no_code_rule(code_kb, embedder) -> None:
+    result = make_tool(code_kb, embedder, retrieval__mode="dense").lookup("E4471")
+    assert "kafka" not in {block.doc_id for block in result.evidence_blocks}
+
+
+def test_garbage_with_letters_and_digits_stays_no_evidence(code_kb, embedder) -> None:
+    tool = make_tool(code_kb, embedder, retrieval__mode="hybrid")
+    for query in ("zq7 xkv9", "1 37778 1"):  # code-like or numbers, but no chunk holds them
+        assert tool.lookup(query).evidence_status == "no_evidence", query
+    near_miss = tool.lookup("E4472")  # one digit off: the code rule does not fire
+    assert not any("exact_code" in r for b in near_miss.evidence_blocks for r in b.hit_reasons)
