@@ -396,7 +396,8 @@ class ScoredPoints:
             pid: (rank, score) for rank, (pid, score) in enumerate(_untied(_str_ids(sparse_points)), start=1)
         }
         dense = np.array([vectors[DENSE_VECTOR] for *_, vectors in points], dtype=np.float32)
-        cosines = (dense @ self._query).tolist()
+        with np.errstate(invalid="ignore"):  # a corrupt (non-finite) vector is reported below
+            cosines = (dense @ self._query).tolist()
         hits = []
         for (pid, score, payload, vectors), cosine in zip(points, cosines, strict=True):
             sparse_rank, sparse_score = sparse_places.get(pid, (None, None))
