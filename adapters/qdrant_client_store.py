@@ -204,7 +204,8 @@ class QdrantClientStore(KnowledgeStore):
 
 def _queries(request: SearchRequest) -> list[models.QueryRequest]:
     """The server queries of one request: the ranked one, and for hybrid its dense and sparse
-    companions (the fused query's own prefetches, run alone to report each hit's places)."""
+    companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
+    places and the BM25 score of the hits they hold)."""
     where = _category_filter(request.category)
     dense = list(request.query_vector)
     if request.mode == "dense":
@@ -243,8 +244,8 @@ def _queries(request: SearchRequest) -> list[models.QueryRequest]:
         with_vector=vectors,
     )
     companions = [
-        models.QueryRequest(query=dense, using=DENSE_VECTOR, filter=where, limit=width),
-        models.QueryRequest(query=sparse, using=SPARSE_VECTOR, filter=where, limit=width),
+        models.QueryRequest(query=dense, using=DENSE_VECTOR, filter=where, limit=request.ranked_width),
+        models.QueryRequest(query=sparse, using=SPARSE_VECTOR, filter=where, limit=request.ranked_width),
     ]
     return [fused, *companions]
 

@@ -199,7 +199,8 @@ class QdrantEdgeStore(KnowledgeStore):
 
 def _queries(request: SearchRequest) -> list[qe.QueryRequest]:
     """The engine queries of one request: the ranked one, and for hybrid its dense and sparse
-    companions (the fused query's own prefetches, run alone to report each hit's places)."""
+    companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
+    places and the BM25 score of the hits they hold)."""
     where = _category_filter(request.category)
     dense = qe.Query.Nearest(list(request.query_vector), DENSE_VECTOR)
     if request.mode == "dense":
@@ -226,7 +227,7 @@ def _queries(request: SearchRequest) -> list[qe.QueryRequest]:
         with_payload=True,
         with_vector=vectors,
     )
-    companions = [qe.QueryRequest(limit=width, query=q, filter=where) for q in (dense, sparse)]
+    companions = [qe.QueryRequest(limit=request.ranked_width, query=q, filter=where) for q in (dense, sparse)]
     return [fused, *companions]
 
 

@@ -126,7 +126,7 @@ def cosine_normalized(score: float) -> float:
 class SearchRequest:
     """One search: the text, its dense and (sparse, hybrid) BM25 vectors, width, optional category.
 
-    ``hybrid`` fuses a dense and a sparse prefetch, each ``prefetch_k`` wide (default ``top_k``),
+    ``hybrid`` fuses a dense and a sparse prefetch, each ``prefetch_k`` wide (at least ``top_k``),
     both under the category filter, by ``fusion`` inside the store.
     """
 
@@ -147,6 +147,12 @@ class SearchRequest:
     def prefetch_width(self) -> int:
         return max(self.prefetch_k or self.top_k, self.top_k)
 
+    @property
+    def ranked_width(self) -> int:
+        """Hits a sparse or hybrid search fetches (``top_k`` + :data:`TIE_SLACK`), and the
+        places a hybrid search's dense and sparse companions report."""
+        return self.top_k + TIE_SLACK
+
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
@@ -157,8 +163,9 @@ class SearchHit:
     every mode, so the fallback decision, ``min_evidence_score`` and the relevance level read
     one calibrated scale. ``dense_rank`` and ``sparse_rank`` are the hit's places (from 1) in
     the dense and the sparse search; they and ``sparse_score`` are ``None`` when that search did
-    not rank it in its top ``prefetch_k``. ``matched_terms``: the query terms the hit's BM25
-    vector holds (sparse, hybrid); ``exact_codes``: the query's codes (identifiers such as
+    not rank it in its top ``ranked_width`` (``top_k`` + :data:`TIE_SLACK`, not the wider
+    prefetch). ``matched_terms``: the query terms the hit's BM25 vector holds (sparse, hybrid);
+    ``exact_codes``: the query's codes (identifiers such as
     ``INV-48213``, see :meth:`~lookup_knowledge.adapters.sparse.Bm25Encoder.query_codes`) whose
     every part the hit's BM25 vector holds (sparse, hybrid).
     """

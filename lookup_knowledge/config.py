@@ -82,7 +82,7 @@ class ToggleConfig(_Section):
 class RetrievalConfig(_Section):
     mode: Literal["dense", "sparse", "hybrid"] = "hybrid"
     fusion: Literal["rrf", "dbsf"] = "dbsf"
-    prefetch_k: int | None = Field(None, ge=1, le=1000)
+    prefetch_k: int | None = Field(200, ge=1, le=1000)
     retrieve_k: int | None = Field(None, ge=1, le=1000)
     return_n: int | None = Field(None, ge=1, le=1000)
     top_k: int | None = Field(None, ge=1, le=1000)
