@@ -344,7 +344,7 @@ EXACT_CODES = [
     "random digits still needs the dense floor (`adapters/sparse.py`, `Bm25Encoder.query_codes`). "
     "Dense mode reads no BM25 vector and keeps the floor alone. The relevance level still reads "
     "the dense score, so such a block can be `low`: its hit reason says why it is there. "
-    "Measured once (hybrid, DBSF, ten blocks, 2026-12-01): of the 600 generated garbage queries of "
+    "Measured once (hybrid, DBSF, 20-wide prefetches, ten blocks, 2026-12-01): of the 600 garbage queries of "
     "`benchmarks/evidence_threshold.py`, none became evidence through the code rule on the "
     "SciFact, classic-dev or mix stores (the dense floor answers 423, 522 and 524 of them with "
     "evidence, as before). On real queries it admits few blocks (10 of SciFact's 1,109 queries "
