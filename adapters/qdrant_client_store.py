@@ -131,18 +131,41 @@ class QdrantClientStore(KnowledgeStore):
         """Several searches in one round trip (a hybrid search brings its dense and sparse
         companions, which report each fused hit's places and BM25 score)."""
         queries = [query for request in requests for query in _queries(request)]
-        with self._errors("search" if len(requests) == 1 else "batch search"):
+        action = "search" if len(requests) == 1 else "batch search"
+        with self._errors(action):
             responses = iter(self._client.query_batch_points(self.collection, requests=queries))
-        found = []
+        scored = []
         for request in requests:
             rows = [(p.id, p.score, p.payload, p.vector) for p in next(responses).points]
             if request.mode == "hybrid":
                 dense = [(p.id, p.score) for p in next(responses).points]
                 sparse = [(p.id, p.score) for p in next(responses).points]
-                found.append(ScoredPoints(request).hits(rows, dense, sparse))
+                scored.append(ScoredPoints(request, rows, dense, sparse))
             else:
-                found.append(ScoredPoints(request).hits(rows))
+                scored.append(ScoredPoints(request, rows))
+        cosines = self._cosines(scored, action)
+        found = [s.hits(c) for s, c in zip(scored, cosines, strict=True)]
         return [complete_hits(r, hits, self._count) for r, hits in zip(requests, found, strict=True)]
+
+    def _cosines(self, scored: Sequence[ScoredPoints], action: str) -> list[dict[str, float]]:
+        """Per request, the dense cosines its hits still lack: one more round trip that scores
+        only those points (none when no request lacks any)."""
+        asking = [s for s in scored if s.missing_cosines]
+        if not asking:
+            return [{} for _ in scored]
+        queries = [
+            models.QueryRequest(
+                query=list(s.request.query_vector),
+                using=DENSE_VECTOR,
+                filter=models.Filter(must=[models.HasIdCondition(has_id=list(s.missing_cosines))]),
+                limit=len(s.missing_cosines),
+            )
+            for s in asking
+        ]
+        with self._errors(action):
+            responses = self._client.query_batch_points(self.collection, requests=queries)
+        answers = iter({str(p.id): p.score for p in response.points} for response in responses)
+        return [next(answers) if s.missing_cosines else {} for s in scored]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):
@@ -215,7 +238,7 @@ def _queries(request: SearchRequest) -> list[models.QueryRequest]:
             )
         ]
     sparse = _sparse(request.sparse_vector)
-    vectors = [DENSE_VECTOR, SPARSE_VECTOR]
+    vectors = [SPARSE_VECTOR]  # its terms name the matches; cosines come from dense scores
     if request.mode == "sparse":
         return [
             models.QueryRequest(

@@ -111,18 +111,40 @@ class QdrantEdgeStore(KnowledgeStore):
         """Several searches planned as one batch by the engine (a hybrid search brings its
         dense and sparse companions, which report each fused hit's places and BM25 score)."""
         queries = [query for request in requests for query in _queries(request)]
-        with backend_errors("search" if len(requests) == 1 else "batch search"):
+        action = "search" if len(requests) == 1 else "batch search"
+        with backend_errors(action):
             results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
-        found = []
+        scored = []
         for request in requests:
             rows = [(p.id, p.score, p.payload, p.vector) for p in next(results)]
             if request.mode == "hybrid":
                 dense = [(p.id, p.score) for p in next(results)]
                 sparse = [(p.id, p.score) for p in next(results)]
-                found.append(ScoredPoints(request).hits(rows, dense, sparse))
+                scored.append(ScoredPoints(request, rows, dense, sparse))
             else:
-                found.append(ScoredPoints(request).hits(rows))
+                scored.append(ScoredPoints(request, rows))
+        cosines = self._cosines(scored, action)
+        found = [s.hits(c) for s, c in zip(scored, cosines, strict=True)]
         return [complete_hits(r, hits, self._count) for r, hits in zip(requests, found, strict=True)]
+
+    def _cosines(self, scored: Sequence[ScoredPoints], action: str) -> list[dict[str, float]]:
+        """Per request, the dense cosines its hits still lack: one more round trip that scores
+        only those points (none when no request lacks any)."""
+        asking = [s for s in scored if s.missing_cosines]
+        if not asking:
+            return [{} for _ in scored]
+        queries = [
+            qe.QueryRequest(
+                limit=len(s.missing_cosines),
+                query=qe.Query.Nearest(list(s.request.query_vector), DENSE_VECTOR),
+                filter=qe.Filter(must=[qe.HasIdCondition(set(s.missing_cosines))]),
+            )
+            for s in asking
+        ]
+        with backend_errors(action):
+            results = self._shard.query_batch(qe.QueryBatchRequest(queries))
+        answers = iter({str(p.id): p.score for p in points} for points in results)
+        return [next(answers) if s.missing_cosines else {} for s in scored]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):
@@ -206,7 +228,7 @@ def _queries(request: SearchRequest) -> list[qe.QueryRequest]:
     if request.mode == "dense":
         return [qe.QueryRequest(limit=request.top_k, query=dense, filter=where, with_payload=True)]
     sparse = qe.Query.Nearest(_sparse(request.sparse_vector), SPARSE_VECTOR)
-    vectors = [DENSE_VECTOR, SPARSE_VECTOR]
+    vectors = [SPARSE_VECTOR]  # its terms name the matches; cosines come from dense scores
     if request.mode == "sparse":
         ranked = qe.QueryRequest(
             limit=request.top_k + TIE_SLACK,

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
 from .sparse import Bm25Encoder, SparseVector, bm25_encoder
 
 CATEGORY_FIELD = "category"
@@ -362,65 +360,82 @@ Point = tuple[Any, float, "Mapping[str, Any] | None", "Mapping[str, Any] | None"
 
 
 class ScoredPoints:
-    """Turns one request's raw points into hits: the dense cosine of each (from its stored dense
-    vector when the store ranked by something else), its sparse score, its places in the dense
-    and sparse searches, the query terms it matched and the query's codes it holds."""
+    """One request's raw points on their way to hits: the dense cosine of each, its sparse score,
+    its places in the dense and sparse searches, the query terms it matched and the query's codes
+    it holds.
 
-    def __init__(self, request: SearchRequest) -> None:
-        self.request = request
-        self._query = np.asarray(request.query_vector, dtype=np.float32)
-        lexical = request.mode != "dense"
-        self._terms = bm25_encoder().query_terms(request.query_text) if lexical else {}
-        self._codes = bm25_encoder().query_codes(request.query_text) if lexical else {}
+    ``points`` are (point id, score, payload, named vectors): in sparse and hybrid mode the
+    vectors hold the BM25 vector (its terms name the matches), never the dense one (384 floats
+    per hit to read would cost more than asking the store). A hybrid search also passes the
+    (id, score) its dense and sparse companions found: a companion's dense score is the hit's
+    cosine. The cosines no search returned (:attr:`missing_cosines`) the adapter asks the store
+    for, scoring only those points, and hands them to :meth:`hits`.
 
-    def hits(
+    BM25 and rank-fusion scores tie often (two hits first in one search and second in the
+    other); the engine breaks ties by chance, so equal scores are ordered by point id here,
+    among ``top_k`` + :data:`TIE_SLACK` fetched, before the cut to ``top_k``.
+    """
+
+    def __init__(
         self,
+        request: SearchRequest,
         points: Sequence[Point],
         dense_points: Sequence[tuple[Any, float]] = (),
         sparse_points: Sequence[tuple[Any, float]] = (),
-    ) -> list[SearchHit]:
-        """(point id, score, payload, named vectors) per point -> hits, best first; a hybrid
-        search also passes the (id, score) its dense and sparse companions found.
+    ) -> None:
+        self.request = request
+        if request.mode == "dense":
+            self.points = list(points)
+            self.missing_cosines: list[str] = []
+            return
+        ranked = _untied([(str(pid), score, payload, vectors) for pid, score, payload, vectors in points])
+        self.points = ranked[: request.top_k]
+        if request.mode == "sparse":
+            sparse_points = [(pid, score) for pid, score, *_ in self.points]
+        dense = _untied(_str_ids(dense_points))
+        self._dense_places = {pid: rank for rank, (pid, _) in enumerate(dense, start=1)}
+        self._cosines = dict(dense)
+        self._sparse_places = {
+            pid: (rank, score) for rank, (pid, score) in enumerate(_untied(_str_ids(sparse_points)), start=1)
+        }
+        self.missing_cosines = [pid for pid, *_ in self.points if pid not in self._cosines]
 
-        BM25 and rank-fusion scores tie often (two hits first in one search and second in the
-        other); the engine breaks ties by chance, so equal scores are ordered by point id here,
-        among ``top_k`` + :data:`TIE_SLACK` fetched, before the cut to ``top_k``.
+    def hits(self, cosines: Mapping[str, float] | None = None) -> list[SearchHit]:
+        """The hits, best first; ``cosines``: the store's answer for :attr:`missing_cosines`.
+
+        A hit whose cosine the store cannot give has an unreadable vector (corrupt data, e.g.
+        NaN: the engine drops such a point from a dense search): :class:`StoreBackendError`.
         """
         mode = self.request.mode
         if mode == "dense":
             return [
                 hit_from_payload(pid, score, payload, dense_rank=rank)
-                for rank, (pid, score, payload, _) in enumerate(points, start=1)
+                for rank, (pid, score, payload, _) in enumerate(self.points, start=1)
             ]
-        points = _untied([(str(pid), score, payload, vectors) for pid, score, payload, vectors in points])
-        points = points[: self.request.top_k]
-        if not points:
-            return []
-        if mode == "sparse":
-            sparse_points = [(pid, score) for pid, score, *_ in points]
-        dense_places = {pid: rank for rank, (pid, _) in enumerate(_untied(_str_ids(dense_points)), start=1)}
-        sparse_places = {
-            pid: (rank, score) for rank, (pid, score) in enumerate(_untied(_str_ids(sparse_points)), start=1)
-        }
-        dense = np.array([vectors[DENSE_VECTOR] for *_, vectors in points], dtype=np.float32)
-        with np.errstate(invalid="ignore"):  # a corrupt (non-finite) vector is reported below
-            cosines = (dense @ self._query).tolist()
+        known = {**self._cosines, **(cosines or {})}
+        terms = bm25_encoder().query_terms(self.request.query_text)
+        codes = bm25_encoder().query_codes(self.request.query_text)
         hits = []
-        for (pid, score, payload, vectors), cosine in zip(points, cosines, strict=True):
-            sparse_rank, sparse_score = sparse_places.get(pid, (None, None))
+        for pid, score, payload, vectors in self.points:
+            if pid not in known:
+                raise StoreBackendError(
+                    f"the store cannot score point {pid} against the query: its dense vector is "
+                    "unreadable (corrupt data, e.g. NaN); delete the store and ingest again"
+                )
+            sparse_rank, sparse_score = self._sparse_places.get(pid, (None, None))
             held = set(vectors[SPARSE_VECTOR].indices)
             hits.append(
                 hit_from_payload(
                     pid,
                     score,
                     payload,
-                    dense_score=cosine,
+                    dense_score=known[pid],
                     sparse_score=sparse_score,
                     fused_score=score if mode == "hybrid" else None,
-                    dense_rank=dense_places.get(pid),
+                    dense_rank=self._dense_places.get(pid),
                     sparse_rank=sparse_rank,
-                    matched_terms=Bm25Encoder.matched_terms(self._terms, held),
-                    exact_codes=[code for code, parts in self._codes.items() if parts <= held],
+                    matched_terms=Bm25Encoder.matched_terms(terms, held),
+                    exact_codes=[code for code, parts in codes.items() if parts <= held],
                 )
             )
         return hits

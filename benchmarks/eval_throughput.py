@@ -70,7 +70,8 @@ def main() -> int:
             )
             if mode == "sparse":
                 return qe.QueryRequest(limit=k, query=sparse_query, with_payload=True)
-            prefetches = [qe.Prefetch(k, query=dense), qe.Prefetch(k, query=sparse_query)]
+            width = max(config.retrieval.prefetch_k or k, k)  # as the pipeline's hybrid search
+            prefetches = [qe.Prefetch(width, query=dense), qe.Prefetch(width, query=sparse_query)]
             return qe.QueryRequest(limit=k, prefetches=prefetches, query=fusion, with_payload=True)
 
         def floor(mode: str) -> float:

@@ -94,7 +94,7 @@ DESIGN = [
     "Dense, sparse, hybrid: the rule reads only the `normalized_score` the store adapter reports "
     "for each hit, and needs one property of it: the filtered and the unfiltered search of one "
     "query are scored on the same scale. In every retrieval mode that score is the hit's dense "
-    "cosine (read from its stored dense vector when the store ranked by BM25 or by fusion): "
+    "cosine (the store scores the hit's dense vector when it ranked by BM25 or by fusion): "
     "reciprocal-rank fusion scores each list by rank, so both tops would score alike. The "
     "figures above are the shipped hybrid default; with dense retrieval (the previous default) "
     "the same rule kept 99.9% / 100.0% on classic-dev and 99.0% / 90.4% on the mix (measured "

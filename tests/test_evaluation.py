@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import SMALL_CORPUS, write_corpus
+from dataflow_fixtures import FaultySearchPort
 from typer.testing import CliRunner
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
@@ -297,6 +298,16 @@ def test_batch_results_equal_single_lookups(tool: KnowledgeTool) -> None:
         assert (b.retrieval_trace and b.retrieval_trace.fallback_reason) == (
             s.retrieval_trace and s.retrieval_trace.fallback_reason
         )
+
+
+def test_batch_prefetches_the_filters_l0_derives_in_one_round_trip(tool: KnowledgeTool) -> None:
+    spy = FaultySearchPort(tool.search_port)  # no fault: it records each round trip to the store
+    batched = KnowledgeTool(tool.config, search_port=spy, embedder=tool.embedder, l0_index=tool.l0_index)
+    results = lookup_many(batched, ["refund", "rotate the API keys", "disk usage of brokers"])
+    derived = [r.retrieval_trace.category_filter for r in results]
+    assert "payments" in derived  # from the L0 hints, not pinned
+    assert len(spy.round_trips) == 1  # every search the DAGs asked for was prefetched
+    assert {request.category for request in spy.round_trips[0]} == {*derived, None}
 
 
 def test_evaluate_writes_results_metrics_and_report(tool: KnowledgeTool, tmp_path: Path) -> None:

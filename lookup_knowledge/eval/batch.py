@@ -2,10 +2,11 @@
 
 Each query still runs through ``KnowledgeTool``'s Hamilton driver. Only two things are
 prepared for a whole batch at once: the query vectors (handed to the DAG as an override of the
-``query_vector`` node) and the searches whose request is known in advance — unfiltered, and
-filtered by a pinned category — answered from one ``search_batch`` call by a port that replays
-them. A filter the DAG derives from L0 hints is searched live. The retrieval semantics (filter,
-fallback, post-processing) are untouched, so a batched result equals the single-call result.
+``query_vector`` node) and each query's searches, unfiltered and under its category filter (the
+pinned one, else the one its L0 hints imply, by the DAG's own ``category_filter`` function),
+answered from one ``search_batch`` call by a port that replays them; a search the DAG asks for
+that was not prefetched goes live. The retrieval semantics (filter, fallback, post-processing)
+are untouched, so a batched result equals the single-call result.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from lookup_knowledge.agent.tool import (
     rejected_result,
 )
 from lookup_knowledge.config import Config
-from lookup_knowledge.contract import LookupResult
+from lookup_knowledge.contract import L0Hints, LookupResult
+from lookup_knowledge.dataflows.query_understanding import category_filter
 
 BATCH_SIZE = 256
 
@@ -113,7 +115,8 @@ def _lookup_chunk(tool: KnowledgeTool, queries: list[str], pinned: list[str | No
         return [results[i] for i in range(len(queries))]
     vectors = tool.embedder.embed_queries([inputs[i]["query"] for i in valid])
     vector_of = dict(zip(valid, vectors, strict=True))
-    prefetched = _prefetch(tool, inputs, vector_of, {i: pinned[i] for i in valid})
+    filters = {i: _category_filter(tool, inputs[i]["query"], pinned[i]) for i in valid}
+    prefetched = _prefetch(tool, inputs, vector_of, filters)
     for i in valid:
         port = PrefetchedSearchPort(tool.search_port, prefetched.get(i, {}))
         results[i] = tool.execute_dataflow(
@@ -122,13 +125,19 @@ def _lookup_chunk(tool: KnowledgeTool, queries: list[str], pinned: list[str | No
     return [results[i] for i in range(len(queries))]
 
 
+def _category_filter(tool: KnowledgeTool, query: str, pinned: str | None) -> str | None:
+    """The category filter the DAG will search under: the pinned one, else its L0 hints'."""
+    hints = tool.l0_index.match(query) if tool.config.l0.enabled and pinned is None else L0Hints()
+    return category_filter(hints, pinned)
+
+
 def _prefetch(
     tool: KnowledgeTool,
     inputs: dict[int, dict],
     vectors: dict[int, np.ndarray],
     filters: dict[int, str | None],
 ) -> dict[int, dict[str | None, list[SearchHit]]]:
-    """One batched search for the requests known in advance: pinned filter, and unfiltered."""
+    """One batched search for every query: under its category filter, and unfiltered."""
     keys = [(i, category) for i in inputs for category in dict.fromkeys([filters[i], None])]
     settings = tool.config.retrieval
     sparse = {i: bm25_encoder().embed_query(inputs[i]["query"]) for i in inputs if settings.mode != "dense"}
