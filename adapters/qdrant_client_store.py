@@ -35,6 +35,7 @@ from .search import (
     StoreMissingError,
     StoreOutdatedError,
     StoreUnavailableError,
+    asked_cosines,
     complete_hits,
     first_line,
     stored_documents,
@@ -131,8 +132,7 @@ class QdrantClientStore(KnowledgeStore):
         """Several searches in one round trip (a hybrid search brings its dense and sparse
         companions, which report each fused hit's places and BM25 score)."""
         queries = [query for request in requests for query in _queries(request)]
-        action = "search" if len(requests) == 1 else "batch search"
-        with self._errors(action):
+        with self._errors("search" if len(requests) == 1 else "batch search"):
             responses = iter(self._client.query_batch_points(self.collection, requests=queries))
         scored = []
         for request in requests:
@@ -143,16 +143,13 @@ class QdrantClientStore(KnowledgeStore):
                 scored.append(ScoredPoints(request, rows, dense, sparse))
             else:
                 scored.append(ScoredPoints(request, rows))
-        cosines = self._cosines(scored, action)
+        cosines = asked_cosines(scored, self._cosines)
         found = [s.hits(c) for s, c in zip(scored, cosines, strict=True)]
         return [complete_hits(r, hits, self._count) for r, hits in zip(requests, found, strict=True)]
 
-    def _cosines(self, scored: Sequence[ScoredPoints], action: str) -> list[dict[str, float]]:
-        """Per request, the dense cosines its hits still lack: one more round trip that scores
-        only those points (none when no request lacks any)."""
-        asking = [s for s in scored if s.missing_cosines]
-        if not asking:
-            return [{} for _ in scored]
+    def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[str, float]]:
+        """The dense scores of the points each request still lacks: one dense search per
+        request, restricted to those points."""
         queries = [
             models.QueryRequest(
                 query=list(s.request.query_vector),
@@ -160,12 +157,11 @@ class QdrantClientStore(KnowledgeStore):
                 filter=models.Filter(must=[models.HasIdCondition(has_id=list(s.missing_cosines))]),
                 limit=len(s.missing_cosines),
             )
-            for s in asking
+            for s in scored
         ]
-        with self._errors(action):
+        with self._errors("search"):
             responses = self._client.query_batch_points(self.collection, requests=queries)
-        answers = iter({str(p.id): p.score for p in response.points} for response in responses)
-        return [next(answers) if s.missing_cosines else {} for s in scored]
+        return [{str(p.id): p.score for p in response.points} for response in responses]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):

@@ -32,6 +32,7 @@ from .search import (
     StoreMissingError,
     StoreOutdatedError,
     StoreUnavailableError,
+    asked_cosines,
     backend_errors,
     complete_hits,
     process_note,
@@ -111,8 +112,7 @@ class QdrantEdgeStore(KnowledgeStore):
         """Several searches planned as one batch by the engine (a hybrid search brings its
         dense and sparse companions, which report each fused hit's places and BM25 score)."""
         queries = [query for request in requests for query in _queries(request)]
-        action = "search" if len(requests) == 1 else "batch search"
-        with backend_errors(action):
+        with backend_errors("search" if len(requests) == 1 else "batch search"):
             results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
         scored = []
         for request in requests:
@@ -123,28 +123,24 @@ class QdrantEdgeStore(KnowledgeStore):
                 scored.append(ScoredPoints(request, rows, dense, sparse))
             else:
                 scored.append(ScoredPoints(request, rows))
-        cosines = self._cosines(scored, action)
+        cosines = asked_cosines(scored, self._cosines)
         found = [s.hits(c) for s, c in zip(scored, cosines, strict=True)]
         return [complete_hits(r, hits, self._count) for r, hits in zip(requests, found, strict=True)]
 
-    def _cosines(self, scored: Sequence[ScoredPoints], action: str) -> list[dict[str, float]]:
-        """Per request, the dense cosines its hits still lack: one more round trip that scores
-        only those points (none when no request lacks any)."""
-        asking = [s for s in scored if s.missing_cosines]
-        if not asking:
-            return [{} for _ in scored]
+    def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[str, float]]:
+        """The dense scores of the points each request still lacks: one dense search per
+        request, restricted to those points."""
         queries = [
             qe.QueryRequest(
                 limit=len(s.missing_cosines),
                 query=qe.Query.Nearest(list(s.request.query_vector), DENSE_VECTOR),
                 filter=qe.Filter(must=[qe.HasIdCondition(set(s.missing_cosines))]),
             )
-            for s in asking
+            for s in scored
         ]
-        with backend_errors(action):
+        with backend_errors("search"):
             results = self._shard.query_batch(qe.QueryBatchRequest(queries))
-        answers = iter({str(p.id): p.score for p in points} for points in results)
-        return [next(answers) if s.missing_cosines else {} for s in scored]
+        return [{str(p.id): p.score for p in points} for points in results]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):

@@ -441,6 +441,17 @@ class ScoredPoints:
         return hits
 
 
+def asked_cosines(
+    scored: Sequence[ScoredPoints], ask: Callable[[list[ScoredPoints]], Iterable[dict[str, float]]]
+) -> list[dict[str, float]]:
+    """Per request, the cosines its hits still lack (point id -> cosine), asked of the store in
+    one round trip for all requests that lack any (``ask``: the adapter's dense searches
+    restricted to those points); nothing is asked when none lacks any."""
+    asking = [s for s in scored if s.missing_cosines]
+    answers = iter(ask(asking) if asking else [])
+    return [next(answers) if s.missing_cosines else {} for s in scored]
+
+
 def _untied(points: Sequence[Any]) -> list[Any]:
     """Points (id as text, score, ...) best first, equal scores (to 6 decimals) by point id."""
     return sorted(points, key=lambda p: (-round(p[1], 6), p[0]))
