@@ -1,9 +1,10 @@
 """Warm single-call lookup latency on SciFact, broken down per stage, next to the bare floor.
 
 The floor is the same model's ``encode`` of the query plus one direct dense Qdrant Edge search on
-the same shard. Each query runs floor, lookup (configured mode, hybrid by default) and a dense-mode
-lookup back to back, so all three see the same machine load: the hybrid cost is the lookup's p50
-over the floor's (target < 1.2x) next to the dense lookup's.
+the same shard. Each query runs floor, lookup (configured mode, hybrid by default), a dense-mode
+lookup and a hybrid lookup with prefetches only ``retrieve_k`` wide back to back, so all see the
+same machine load: the hybrid cost is the lookup's p50 over the floor's (target < 1.2x) next to
+the dense lookup's, and the wide prefetch's cost is its p50 over the narrow one's.
 
     python benchmarks/lookup_latency.py [--store DIR] [--limit N] [--rounds R] [--out FILE.json]
 """
@@ -87,18 +88,27 @@ def main() -> int:
             l0_index=tool.l0_index,
         )
 
-        def dense_lookup(text: str) -> float:
+        narrow = KnowledgeTool(  # hybrid with each prefetch only retrieve_k wide: the prefetch's cost
+            load_config(overrides={"store.path": str(args.store), "retrieval.prefetch_k": None}),
+            search_port=tool.search_port,
+            embedder=tool.embedder,
+            l0_index=tool.l0_index,
+        )
+
+        def timed_lookup(variant: KnowledgeTool, text: str) -> float:
             start = time.perf_counter()
-            dense.lookup(text)
+            variant.lookup(text)
             return (time.perf_counter() - start) * 1000
 
         for text in queries[: args.warmup]:
             floor(text)
             tool.lookup(text)
-            dense_lookup(text)
+            timed_lookup(dense, text)
+            timed_lookup(narrow, text)
         per_node: dict[str, list[float]] = {}
         stages = ["floor_encode", "floor", "total", "embedding", "search", "postprocessing"]
-        rows: dict[str, list[float]] = {name: [] for name in [*stages, "hamilton_overhead", "dense_lookup"]}
+        extra = ["hamilton_overhead", "dense_lookup", "narrow_prefetch_lookup"]
+        rows: dict[str, list[float]] = {name: [] for name in [*stages, *extra]}
         # Progress is redrawn between lookups, never from a refresh thread that would compete for
         # the GIL and the second core while a lookup is being timed.
         progress = Progress(console=console, auto_refresh=False)
@@ -120,7 +130,8 @@ def main() -> int:
             rows["search"].append(sum(ms for n, ms in nodes.items() if n in SEARCH_NODES))
             rows["postprocessing"].append(sum(ms for n, ms in nodes.items() if n in POSTPROCESSING_NODES))
             rows["hamilton_overhead"].append(total - sum(nodes.values()))
-            rows["dense_lookup"].append(dense_lookup(text))
+            rows["dense_lookup"].append(timed_lookup(dense, text))
+            rows["narrow_prefetch_lookup"].append(timed_lookup(narrow, text))
         progress.update(task, completed=len(queries) * args.rounds, refresh=True)
         progress.stop()
         other = [
@@ -151,11 +162,13 @@ def main() -> int:
     target_post = post_plus_hamilton_p50 < 2.0
     share = post_plus_hamilton_p50 / summary["floor"]["p50_ms"]  # side by side: robust to machine speed
     dense_ratio = summary["dense_lookup"]["p50_ms"] / summary["floor"]["p50_ms"]
+    prefetch_cost = summary["total"]["p50_ms"] - summary["narrow_prefetch_lookup"]["p50_ms"]
     console.print(
         f"{config.retrieval.mode} lookup p50 / dense floor p50 = {ratio:.2f} (target < 1.2: "
         f"{'met' if ratio < 1.2 else 'MISSED'}); dense lookup p50 / floor p50 = {dense_ratio:.2f}; "
         f"post-processing + Hamilton p50 < 2 ms: {'met' if target_post else 'MISSED'} "
-        f"({share:.1%} of the floor p50)"
+        f"({share:.1%} of the floor p50); the {config.retrieval.prefetch_k}-wide prefetch costs "
+        f"{prefetch_cost:.2f} ms at p50 against prefetches retrieve_k wide"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
@@ -170,6 +183,8 @@ def main() -> int:
                 "fusion": config.retrieval.fusion,
                 "end_to_end_over_floor_p50": ratio,
                 "dense_lookup_over_floor_p50": dense_ratio,
+                "prefetch_k": config.retrieval.prefetch_k,
+                "wide_prefetch_cost_p50_ms": prefetch_cost,
                 "postprocessing_plus_hamilton_over_floor_p50": share,
                 "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
             },

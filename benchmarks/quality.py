@@ -433,9 +433,10 @@ def hybrid_notes(results: dict[str, Any]) -> list[str]:
         f"{cla['hybrid, DBSF'] - ndcg('classic-dev', f'hybrid, DBSF, {NARROW_NAME}, no filter'):+.4f} "
         "on classic-dev and "
         f"{mixed['hybrid, DBSF'] - ndcg('mix', f'hybrid, DBSF, {NARROW_NAME}, no filter'):+.4f} on "
-        "the mix. It costs the hybrid lookup about 0.9 ms at p50 on SciFact (9.1 vs 8.2 ms side "
-        "by side: 0.5 ms more for an unfiltered search, 1.1 ms when L0 derives a filter, whose "
-        "search runs the fused query twice, filtered and not); the dense and sparse companions "
+        "the mix. It costs the hybrid lookup about 1 ms at p50 on SciFact "
+        "(`benchmarks/lookup_latency.py` runs both side by side: 9.38 vs 8.30 ms; 0.5-0.6 ms more "
+        "for an unfiltered search, 1.1-1.2 ms when L0 derives a filter, whose search runs the "
+        "fused query twice, filtered and not); the dense and sparse companions "
         "that report each hit's places and BM25 score stay `retrieve_k` + 8 deep, so only the "
         "fused query widens. 400 measured the same as 200 on every set, 100 about half the gain.",
         "",
