@@ -365,9 +365,11 @@ CODE_KB = {  # the code chunk scores a dense cosine under 0.2 for the bare code:
 
 
 @pytest.fixture(scope="module")
-def code_kb(tmp_path_factory: pytest.TempPathFactory, embedder) -> SampleKB:
+def code_kb(tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[SampleKB]:
     root = tmp_path_factory.mktemp("code-kb")
-    return ingest_kb(write_corpus(root / "docs", CODE_KB), root / "store", embedder)
+    kb = ingest_kb(write_corpus(root / "docs", CODE_KB), root / "store", embedder)
+    yield kb
+    kb.store.close()
 
 
 @pytest.mark.parametrize("mode", ["sparse", "hybrid"])
