@@ -35,9 +35,8 @@ from .search import (
     StoreMissingError,
     StoreOutdatedError,
     StoreUnavailableError,
-    asked_cosines,
-    complete_hits,
     first_line,
+    found_hits,
     stored_documents,
 )
 from .sparse import SparseVector
@@ -134,18 +133,7 @@ class QdrantClientStore(KnowledgeStore):
         queries = [query for request in requests for query in _queries(request)]
         with self._errors("search" if len(requests) == 1 else "batch search"):
             responses = iter(self._client.query_batch_points(self.collection, requests=queries))
-        scored = []
-        for request in requests:
-            rows = [(p.id, p.score, p.payload, p.vector) for p in next(responses).points]
-            if request.mode == "hybrid":
-                dense = [(p.id, p.score) for p in next(responses).points]
-                sparse = [(p.id, p.score) for p in next(responses).points]
-                scored.append(ScoredPoints(request, rows, dense, sparse))
-            else:
-                scored.append(ScoredPoints(request, rows))
-        cosines = asked_cosines(scored, self._cosines)
-        found = [s.hits(c) for s, c in zip(scored, cosines, strict=True)]
-        return [complete_hits(r, hits, self._count) for r, hits in zip(requests, found, strict=True)]
+        return found_hits(requests, (r.points for r in responses), self._cosines, self._count)
 
     def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[str, float]]:
         """The dense scores of the points each request still lacks: one dense search per

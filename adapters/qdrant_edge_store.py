@@ -32,9 +32,8 @@ from .search import (
     StoreMissingError,
     StoreOutdatedError,
     StoreUnavailableError,
-    asked_cosines,
     backend_errors,
-    complete_hits,
+    found_hits,
     process_note,
     stored_documents,
 )
@@ -114,18 +113,7 @@ class QdrantEdgeStore(KnowledgeStore):
         queries = [query for request in requests for query in _queries(request)]
         with backend_errors("search" if len(requests) == 1 else "batch search"):
             results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
-        scored = []
-        for request in requests:
-            rows = [(p.id, p.score, p.payload, p.vector) for p in next(results)]
-            if request.mode == "hybrid":
-                dense = [(p.id, p.score) for p in next(results)]
-                sparse = [(p.id, p.score) for p in next(results)]
-                scored.append(ScoredPoints(request, rows, dense, sparse))
-            else:
-                scored.append(ScoredPoints(request, rows))
-        cosines = asked_cosines(scored, self._cosines)
-        found = [s.hits(c) for s, c in zip(scored, cosines, strict=True)]
-        return [complete_hits(r, hits, self._count) for r, hits in zip(requests, found, strict=True)]
+        return found_hits(requests, results, self._cosines, self._count)
 
     def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[str, float]]:
         """The dense scores of the points each request still lacks: one dense search per

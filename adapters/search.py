@@ -441,15 +441,29 @@ class ScoredPoints:
         return hits
 
 
-def asked_cosines(
-    scored: Sequence[ScoredPoints], ask: Callable[[list[ScoredPoints]], Iterable[dict[str, float]]]
-) -> list[dict[str, float]]:
-    """Per request, the cosines its hits still lack (point id -> cosine), asked of the store in
-    one round trip for all requests that lack any (``ask``: the adapter's dense searches
-    restricted to those points); nothing is asked when none lacks any."""
+def found_hits(
+    requests: Sequence[SearchRequest],
+    results: Iterator[Iterable[Any]],
+    ask_cosines: Callable[[list[ScoredPoints]], Iterable[dict[str, float]]],
+    stored: Callable[[str | None], int],
+) -> list[list[SearchHit]]:
+    """Each request's hits from the engine's result lists, in the order the adapter sent the
+    queries: the ranked one, then for hybrid its dense and sparse companions (points with
+    ``id``, ``score``, ``payload``, ``vector``). The cosines no search returned are asked of the
+    store in one more round trip for all requests (``ask_cosines``: the adapter's dense searches
+    restricted to those points), only when some request lacks any; every list is then checked
+    by :func:`complete_hits` (``stored``: the store's point count per category)."""
+    scored = []
+    for request in requests:
+        rows = [(p.id, p.score, p.payload, p.vector) for p in next(results)]
+        companions = 2 if request.mode == "hybrid" else 0  # its dense and sparse searches alone
+        places = [[(p.id, p.score) for p in next(results)] for _ in range(companions)]
+        scored.append(ScoredPoints(request, rows, *places))
     asking = [s for s in scored if s.missing_cosines]
-    answers = iter(ask(asking) if asking else [])
-    return [next(answers) if s.missing_cosines else {} for s in scored]
+    answers = iter(ask_cosines(asking) if asking else [])
+    return [
+        complete_hits(s.request, s.hits(next(answers) if s.missing_cosines else None), stored) for s in scored
+    ]
 
 
 def _untied(points: Sequence[Any]) -> list[Any]:
