@@ -60,6 +60,9 @@ def _decision_trace(decision: FallbackDecision) -> FallbackDecisionTrace:
         unfiltered_top=values.unfiltered_top,
         score_ratio=values.score_ratio,
         overlap=values.overlap,
+        filtered_sparse_top=values.filtered_sparse_top,
+        unfiltered_sparse_top=values.unfiltered_sparse_top,
+        sparse_score_ratio=values.sparse_score_ratio,
         settings=decision.policy.settings(),
     )
 

@@ -3,7 +3,9 @@ sparse or hybrid), the filtered search, its unfiltered companion, and the fallba
 
 The fallback decision and ``min_evidence_score`` read each hit's ``normalized_score``, its dense
 cosine clipped to [0, 1], in every mode: a fused score ranks by position, so both the filtered
-and the unfiltered search's best hit would score alike (see ``docs/quality.md``). A sparse or
+and the unfiltered search's best hit would score alike (see ``docs/quality.md``). In sparse and
+hybrid mode the decision also reads the BM25 scores, which the store scores alike with and
+without a filter: a filter that loses the query's best term matches does not hold up. A sparse or
 hybrid hit that holds one of the query's codes (``INV-48213``, ``E4471``) is evidence whatever
 its dense score.
 
@@ -49,6 +51,11 @@ class SearchAttempt:
     def top_normalized_score(self) -> float | None:
         return max((hit.normalized_score for hit in self.hits), default=None)
 
+    @property
+    def top_sparse_score(self) -> float | None:
+        """The best BM25 score among the hits; ``None`` when no hit has one (dense mode)."""
+        return max((hit.sparse_score for hit in self.hits if hit.sparse_score is not None), default=None)
+
 
 @dataclass(frozen=True, slots=True)
 class DecisionValues:
@@ -58,21 +65,25 @@ class DecisionValues:
     unfiltered_top: float | None = None
     score_ratio: float | None = None
     overlap: float | None = None
+    filtered_sparse_top: float | None = None
+    unfiltered_sparse_top: float | None = None
+    sparse_score_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class FallbackPolicy:
-    """How the fallback decides (``retrieval.fallback_rule`` and its parameter)."""
+    """How the fallback decides (``retrieval.fallback_rule`` and its parameters)."""
 
     rule: FallbackRule = "relative"
     score_ratio: float = 0.75
+    sparse_score_ratio: float = 0.6
     reference_threshold: float = 0.45
 
     def settings(self) -> dict[str, float]:
-        """The parameter the rule in force reads."""
+        """The parameters the rule in force reads."""
         if self.rule == "threshold":
             return {"referenceThreshold": self.reference_threshold}
-        return {"scoreRatio": self.score_ratio}
+        return {"scoreRatio": self.score_ratio, "sparseScoreRatio": self.sparse_score_ratio}
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,14 +228,27 @@ def _overlap(filtered: list[SearchHit], unfiltered: list[SearchHit]) -> float | 
     return sum(hit.point_id in held for hit in unfiltered) / len(unfiltered)
 
 
+def _ratio(filtered_top: float | None, unfiltered_top: float | None) -> float | None:
+    """Filtered top / unfiltered top; ``None`` when the unfiltered search has no such score."""
+    return (filtered_top or 0.0) / unfiltered_top if unfiltered_top else None
+
+
 def _decision_values(filtered: SearchAttempt, unfiltered: SearchAttempt | None) -> DecisionValues:
-    """Both top scores, their ratio, and the overlap of the two lists."""
-    filtered_top = filtered.top_normalized_score
+    """Both top scores and their ratio (dense and, in sparse and hybrid mode, BM25), and the
+    overlap of the two lists."""
+    filtered_top, filtered_sparse = filtered.top_normalized_score, filtered.top_sparse_score
     if unfiltered is None:
-        return DecisionValues(filtered_top=filtered_top)
-    unfiltered_top = unfiltered.top_normalized_score
-    ratio = filtered_top / unfiltered_top if filtered_top is not None and unfiltered_top else None
-    return DecisionValues(filtered_top, unfiltered_top, ratio, _overlap(filtered.hits, unfiltered.hits))
+        return DecisionValues(filtered_top=filtered_top, filtered_sparse_top=filtered_sparse)
+    unfiltered_top, unfiltered_sparse = unfiltered.top_normalized_score, unfiltered.top_sparse_score
+    return DecisionValues(
+        filtered_top,
+        unfiltered_top,
+        _ratio(filtered_top, unfiltered_top) if filtered_top is not None else None,
+        _overlap(filtered.hits, unfiltered.hits),
+        filtered_sparse,
+        unfiltered_sparse,
+        _ratio(filtered_sparse, unfiltered_sparse),
+    )
 
 
 @config.when_not(l1_enabled=False)
@@ -252,9 +276,11 @@ def fallback_decision(
         if (values.filtered_top or 0.0) >= policy.reference_threshold:
             return decide("filtered", "filtered_top_at_threshold")
         return decide("unfiltered", "filtered_top_below_threshold", "filtered_vector_low_quality")
-    if (values.score_ratio or 0.0) >= policy.score_ratio:
-        return decide("filtered", "filter_holds_up")
-    return decide("unfiltered", "filter_lost", "filtered_vector_low_quality")
+    if (values.score_ratio or 0.0) < policy.score_ratio:
+        return decide("unfiltered", "filter_lost", "filtered_vector_low_quality")
+    if values.sparse_score_ratio is not None and values.sparse_score_ratio < policy.sparse_score_ratio:
+        return decide("unfiltered", "filter_lost_terms", "filtered_vector_low_quality")
+    return decide("filtered", "filter_holds_up")
 
 
 @config.when_not(l1_enabled=False)

@@ -91,6 +91,7 @@ class RetrievalConfig(_Section):
     fallback: bool = True
     fallback_rule: Literal["relative", "threshold"] = "relative"
     fallback_score_ratio: float = Field(0.75, ge=0.0, le=1.0)
+    fallback_sparse_ratio: float = Field(0.6, ge=0.0, le=1.0)
     min_evidence_score: float = Field(0.2, ge=0.0, le=1.0)
     relative_evidence_floor: float = Field(0.5, ge=0.0, le=1.0)
     max_query_chars: int = Field(2000, ge=1)

@@ -23,8 +23,9 @@ DecisionRule = Literal[
     "filtered_search_failed",  # the filtered search raised: unfiltered hits
     "filtered_search_empty",  # the filtered search found nothing usable: unfiltered hits
     "unfiltered_search_unusable",  # the companion raised or found nothing: the filtered hits stand
-    "filter_holds_up",  # relative rule: filtered top >= score_ratio x unfiltered top
-    "filter_lost",  # relative rule: below that; unfiltered hits
+    "filter_holds_up",  # relative rule: filtered top >= score_ratio x unfiltered top (BM25 too)
+    "filter_lost",  # relative rule: the dense top below that; unfiltered hits
+    "filter_lost_terms",  # relative rule: the BM25 top below sparse_score_ratio x unfiltered; unfiltered hits
     "filtered_top_at_threshold",  # threshold rule: filtered top score >= reference_threshold
     "filtered_top_below_threshold",  # threshold rule: below it; unfiltered hits
     "l1_disabled",
@@ -131,6 +132,15 @@ class FallbackDecisionTrace(ContractModel):
     score_ratio: float | None = Field(description="filtered top / unfiltered top")
     overlap: float | None = Field(
         description="share of the unfiltered hits the filtered search also found (explanation only)"
+    )
+    filtered_sparse_top: float | None = Field(
+        None, description="top BM25 score of the filtered search (sparse and hybrid mode)"
+    )
+    unfiltered_sparse_top: float | None = Field(
+        None, description="top BM25 score of the unfiltered search (sparse and hybrid mode)"
+    )
+    sparse_score_ratio: float | None = Field(
+        None, description="filtered BM25 top / unfiltered BM25 top (sparse and hybrid mode)"
     )
     settings: dict[str, float] = Field(description="the decision's parameters in force")
 

@@ -121,6 +121,7 @@ def settings_inputs(config: Config) -> dict[str, Any]:
         "fallback_policy": FallbackPolicy(
             rule=retrieval_config.fallback_rule,
             score_ratio=retrieval_config.fallback_score_ratio,
+            sparse_score_ratio=retrieval_config.fallback_sparse_ratio,
             reference_threshold=retrieval_config.reference_threshold,
         ),
         "hybrid_fusion": HybridFusion(retrieval_config.fusion, retrieval_config.prefetch_k),

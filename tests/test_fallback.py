@@ -24,8 +24,10 @@ from dataflow_fixtures import (
 from lookup_knowledge import ingest, sample_knowledge_base
 from lookup_knowledge.adapters.l0_index import L0Document, L0Hints, L0Index
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
+from lookup_knowledge.adapters.search import SearchHit
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.dataflows.query_understanding import category_filter
+from lookup_knowledge.dataflows.retrieval import FallbackPolicy, SearchAttempt, fallback_decision
 
 GHOST_QUERY = "what does the ghost protocol say about archived tickets?"
 WRONG_CATEGORY = "infrastructure"  # has documents, none about refunds
@@ -50,6 +52,13 @@ SCENARIOS = {
     "filter_wins": Scenario(REFUND_QUERY, {}, {}),
     "filter_wins_chinese": Scenario(FAPIAO_QUERY, {}, {}),
     "filter_loses": Scenario(REFUND_QUERY, {}, {}, WRONG_CATEGORY),
+    # the dense ratio waved through (0): only the BM25 comparison can catch the wrong filter
+    "filter_loses_terms": Scenario(
+        REFUND_QUERY, {"retrieval__fallback_score_ratio": 0.0}, {}, WRONG_CATEGORY
+    ),
+    "dense_mode_reads_no_terms": Scenario(
+        REFUND_QUERY, {"retrieval__fallback_score_ratio": 0.0, "retrieval__mode": "dense"}, {}, WRONG_CATEGORY
+    ),
     "several_domains_no_filter": Scenario(PCI_QUERY, {}, {}),
     "no_hints_no_filter": Scenario(PARCEL_QUERY, {}, {}),
     "pinned_category_without_documents": Scenario(REFUND_QUERY, {}, {}, "no-such-category"),
@@ -220,6 +229,7 @@ def test_filter_wins_keeps_the_filtered_hits(run):
     assert d["filteredTop"] == r.attempts[0]["topNormalizedScore"]
     assert d["unfilteredTop"] == r.attempts[1]["topNormalizedScore"]
     assert d["scoreRatio"] == pytest.approx(d["filteredTop"] / d["unfilteredTop"])
+    assert d["sparseScoreRatio"] >= d["settings"]["sparseScoreRatio"]  # hybrid: the BM25 top held too
     assert [a["used"] for a in r.attempts] == [True, False]
     blocks = r.json["evidenceBlocks"]
     assert blocks and all(b["hitReasons"][0] == "vector:filtered" for b in blocks)
@@ -244,15 +254,75 @@ def test_filter_loses_uses_the_unfiltered_hits_without_a_third_search(run):
 
 def test_score_ratio_exactly_at_the_setting_counts_as_a_win(run, sample_kb, embedder):
     ratio = run("filter_loses").result.retrieval_trace.fallback_decision.score_ratio
-    at = make_tool(sample_kb, embedder, retrieval__fallback_score_ratio=ratio)
+    dense_only = {"retrieval__fallback_sparse_ratio": 0.0}  # the BM25 comparison off
+    at = make_tool(sample_kb, embedder, retrieval__fallback_score_ratio=ratio, **dense_only)
     kept = at.lookup(REFUND_QUERY, pinned_category=WRONG_CATEGORY).retrieval_trace
     assert (kept.fallback_decision.fired, kept.fallback_reason) == ("filter_holds_up", None)
-    above = make_tool(sample_kb, embedder, retrieval__fallback_score_ratio=math.nextafter(ratio, 1.0))
+    above = make_tool(
+        sample_kb, embedder, retrieval__fallback_score_ratio=math.nextafter(ratio, 1.0), **dense_only
+    )
     lost = above.lookup(REFUND_QUERY, pinned_category=WRONG_CATEGORY).retrieval_trace
     assert (lost.fallback_decision.fired, lost.fallback_reason) == (
         "filter_lost",
         "filtered_vector_low_quality",
     )
+
+
+def test_filter_that_loses_the_query_terms_uses_the_unfiltered_hits(run):
+    r = run("filter_loses_terms")
+    d = decision(r)
+    assert (d["fired"], d["used"]) == ("filter_lost_terms", "unfiltered")
+    assert r.trace["fallbackReason"] == "filtered_vector_low_quality"
+    assert d["scoreRatio"] >= d["settings"]["scoreRatio"]  # the dense comparison alone keeps the filter
+    assert d["sparseScoreRatio"] < d["settings"]["sparseScoreRatio"] == 0.6
+    assert d["sparseScoreRatio"] == pytest.approx((d["filteredSparseTop"] or 0.0) / d["unfilteredSparseTop"])
+    assert [a["used"] for a in r.attempts] == [False, True]
+    assert r.json["evidenceBlocks"][0]["docId"] == REFUND_DOC  # the wrong filter cost nothing
+
+
+def test_sparse_score_ratio_exactly_at_the_setting_counts_as_a_win(run, sample_kb, embedder):
+    ratio = run("filter_loses_terms").result.retrieval_trace.fallback_decision.sparse_score_ratio
+    assert ratio is not None and ratio > 0.0  # the wrong domain matches some query terms
+
+    def decided(sparse_ratio: float) -> str:
+        ratios = {"retrieval__fallback_score_ratio": 0.0, "retrieval__fallback_sparse_ratio": sparse_ratio}
+        trace = make_tool(sample_kb, embedder, **ratios).lookup(REFUND_QUERY, pinned_category=WRONG_CATEGORY)
+        return trace.retrieval_trace.fallback_decision.fired
+
+    assert decided(ratio) == "filter_holds_up"
+    assert decided(math.nextafter(ratio, 1.0)) == "filter_lost_terms"
+
+
+def test_dense_mode_decides_on_the_dense_scores_alone(run):
+    d = decision(run("dense_mode_reads_no_terms"))
+    assert (d["fired"], d["used"]) == ("filter_holds_up", "filtered")  # the wrong filter, kept: ratio 0
+    assert d["filteredSparseTop"] is d["unfilteredSparseTop"] is d["sparseScoreRatio"] is None
+
+
+def _searched(category: str | None, cosine: float, bm25: float | None) -> SearchAttempt:
+    """A search whose one usable hit has this cosine and BM25 score (a small fake)."""
+    hit = SearchHit("p", "text", cosine, cosine, {}, sparse_score=bm25)
+    return SearchAttempt("filtered" if category else "unfiltered", category, 20, [hit], [hit])
+
+
+@pytest.mark.parametrize(
+    ("filtered", "unfiltered", "fired", "sparse_ratio"),
+    [
+        ((0.8, 6.0), (1.0, 10.0), "filter_holds_up", 0.6),  # both ratios at their settings
+        ((0.8, None), (1.0, 10.0), "filter_lost_terms", 0.0),  # no filtered hit matches a query term
+        ((0.8, 5.9), (1.0, 10.0), "filter_lost_terms", 0.59),
+        ((0.7, 1.0), (1.0, 10.0), "filter_lost", 0.1),  # the dense comparison decides first
+        ((0.8, None), (1.0, None), "filter_holds_up", None),  # dense mode: no BM25 score to compare
+        ((0.8, 3.0), (1.0, None), "filter_holds_up", None),  # the unfiltered hits match no term
+    ],
+)
+def test_decision_reads_the_bm25_tops_next_to_the_cosines(filtered, unfiltered, fired, sparse_ratio):
+    made = fallback_decision(
+        _searched("payments", *filtered), _searched(None, *unfiltered), FallbackPolicy(score_ratio=0.75)
+    )
+    assert made.rule == fired
+    assert made.use == ("filtered" if fired == "filter_holds_up" else "unfiltered")
+    assert made.values.sparse_score_ratio == (None if sparse_ratio is None else pytest.approx(sparse_ratio))
 
 
 @pytest.mark.parametrize("name", ["pinned_category_without_documents", "l0_domain_without_documents"])

@@ -84,7 +84,8 @@ ATTEMPT_FIELDS = {
     "kind", "filter", "width", "hitCount", "topNormalizedScore", "usableCount", "error", "used", "hitKeys",
 }  # fmt: skip
 DECISION_FIELDS = {
-    "rule", "fired", "used", "filteredTop", "unfilteredTop", "scoreRatio", "overlap", "settings",
+    "rule", "fired", "used", "filteredTop", "unfilteredTop", "scoreRatio", "overlap",
+    "filteredSparseTop", "unfilteredSparseTop", "sparseScoreRatio", "settings",
 }  # fmt: skip
 RERANK_ENTRY_FIELDS = {"rank", "evidenceKey", "source", "baseScore", "finalScore", "boosts"}
 DAG_NODES = [

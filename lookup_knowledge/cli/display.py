@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lookup_knowledge.contract import LookupResult
+from lookup_knowledge.contract import FallbackDecisionTrace, LookupResult
 
 
 def print_result(console: Console, result: LookupResult) -> None:
@@ -42,7 +42,8 @@ def print_result(console: Console, result: LookupResult) -> None:
             console.print(
                 f"decision: {decision.fired} ({decision.rule} rule {decision.settings}); used "
                 f"{decision.used}; top filtered/unfiltered {decision.filtered_top:.3f}/"
-                f"{decision.unfiltered_top:.3f} = {decision.score_ratio:.3f}; overlap {decision.overlap:.2f}",
+                f"{decision.unfiltered_top:.3f} = {decision.score_ratio:.3f}{_bm25_tops(decision)}; "
+                f"overlap {decision.overlap:.2f}",
                 highlight=False,
             )
     if not result.evidence_blocks:
@@ -64,3 +65,13 @@ def print_result(console: Console, result: LookupResult) -> None:
         summary = result.context_pack.summary
         title = f"Context pack ({summary.chars_used}/{summary.budget_chars} chars)"
         console.print(Panel(Text(result.context_pack.text), title=title), highlight=False)
+
+
+def _bm25_tops(decision: FallbackDecisionTrace) -> str:
+    """The BM25 comparison the decision also read (sparse, hybrid), or nothing."""
+    if decision.sparse_score_ratio is None:
+        return ""
+    return (
+        f"; BM25 top {decision.filtered_sparse_top or 0.0:.2f}/{decision.unfiltered_sparse_top:.2f} "
+        f"= {decision.sparse_score_ratio:.3f}"
+    )
