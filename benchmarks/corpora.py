@@ -5,7 +5,9 @@ a corpus embedded once (for one store) is never embedded again for another store
 ``classic_scifact_mix`` writes a five-domain BEIR folder: classic-dev's four collections plus
 SciFact as the domain ``science`` (its 300 test claims; the abstracts they judge plus a seeded
 sample of the others, 1,500 in all, a domain as large as classic-dev's largest), a realistic
-neighbour of ``medicine``: both are biomedical abstracts.
+neighbour of ``medicine``: both are biomedical abstracts. ``hugo_described_pages`` writes the
+queries and judgments of a third set: each hugo-docs page with one domain and its own frontmatter
+``description`` (which is not indexed) as the query, the page as its answer.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
+from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.adapters.embedder import Embedder, SentenceTransformerEmbedder
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SCIFACT_CATEGORY = "science"
 SCIFACT_DOCUMENTS = 1500
+PLACEHOLDER_DESCRIPTION = "A short description of this page."  # the showcase template's, on 16 pages
 
 
 class CachedEmbedder(Embedder):
@@ -95,4 +99,25 @@ def classic_scifact_mix(cache: Path) -> Path:
     rows = (classic / "qrels.tsv").read_text().splitlines()
     rows += [f"sci-{row}" for row in (scifact / "qrels.tsv").read_text().splitlines()[1:]]
     (folder / "qrels.tsv").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+def hugo_described_pages(cache: Path) -> Path:
+    """hugo-docs queries as a BEIR folder under ``cache`` (``queries.jsonl`` with each query's
+    ``category``, ``qrels.tsv``); the documents stay the markdown pages of ``DATA / "hugo-docs"``."""
+    folder = cache / "hugo-docs-described"
+    if (folder / "qrels.tsv").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    pages = [
+        doc
+        for doc in read_corpus(DATA / "hugo-docs").documents
+        if doc.description and doc.description != PLACEHOLDER_DESCRIPTION and len(doc.categories) == 1
+    ]
+    with (folder / "queries.jsonl").open("w", encoding="utf-8") as out:
+        for number, page in enumerate(pages):
+            record = {"_id": f"hugo-{number}", "text": page.description, "category": page.categories[0]}
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    rows = ["query-id\tcorpus-id\tscore"] + [f"hugo-{n}\t{page.doc_id}\t1" for n, page in enumerate(pages)]
+    (folder / "qrels.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return folder
