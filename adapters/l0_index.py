@@ -2,7 +2,8 @@
 
 L0 output is hint data, never evidence. Matching is case-insensitive and NFKC-normalized:
 whole words (English words by their stem) for space-separated scripts, substrings for scripts
-written without spaces.
+written without spaces. A title made only of stop words ("In", "Where") is not matched: it
+would match every query that uses the word.
 
 >>> index = L0Index([L0Document("refunds", "Refund Policy", ("chargeback",), ("payments",), ())])
 >>> index.match("Who approves Chargebacks?").domains
@@ -24,6 +25,7 @@ import snowballstemmer
 from lookup_knowledge.contract import L0Hints
 
 from .search import StoreBackendError, first_line
+from .sparse import bm25_encoder
 
 FORMAT_VERSION = 1
 
@@ -112,7 +114,7 @@ class L0Index:
                     unspaced.append((norm, term))
                     continue
                 words = _words(norm)
-                if words:
+                if words and not (term.kind == "title" and _only_stop_words(norm)):
                     spaced.setdefault(" ".join(words), []).append(term)
                     longest = max(longest, len(words))
         return spaced, unspaced, longest
@@ -189,6 +191,13 @@ class L0Index:
             raise L0IndexError(f"{exc}: {_REPAIR}") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise L0IndexError(f"L0 index {path} is unreadable ({first_line(exc)}): {_REPAIR}") from None
+
+
+def _only_stop_words(text: str) -> bool:
+    """Whether the BM25 analyzer drops every word of ``text`` (English stop words such as "in",
+    "with", "where"): SciFact has an abstract titled "in", hugo-docs function pages titled
+    "where" and "after"; as title hints they matched every query using the word."""
+    return not bm25_encoder().embed_query(text).indices
 
 
 def _terms(doc: L0Document) -> Iterable[_Term]:

@@ -90,6 +90,21 @@ def test_title_is_matched_as_a_phrase(index: L0Index) -> None:
     assert hints.matched_titles == ["Kafka Operations Runbook"]
 
 
+def test_a_title_of_stop_words_only_is_not_matched() -> None:
+    index = L0Index(
+        [
+            L0Document("abstract-in", "In", (), ("biomedical",), ()),
+            L0Document("where-function", "where", ("where",), ("functions",), ()),
+            L0Document("sids", "Sudden infant death syndrome.", (), ("biomedical",), ()),
+        ]
+    )
+    assert index.match("1 in 5 million in UK have abnormal PrP positivity.") == L0Hints()
+    hints = index.match("Deaths from sudden infant death syndrome happen in newborns")
+    assert (hints.matched_titles, hints.domains) == (["Sudden infant death syndrome."], ["biomedical"])
+    keyword = index.match("filter pages with where")  # a keyword is curated frontmatter: it still matches
+    assert (keyword.matched_titles, keyword.matched_keywords) == ([], ["where"])
+
+
 def test_entity_is_matched(index: L0Index) -> None:
     hints = index.match("is confluent cloud billing affected")
     assert hints.entities == ["Confluent Cloud"]
