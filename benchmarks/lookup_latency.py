@@ -6,7 +6,8 @@ lookup and a hybrid lookup with prefetches only ``retrieve_k`` wide back to back
 same machine load: the hybrid cost is the lookup's p50 over the floor's (target < 1.2x) next to
 the dense lookup's, and the wide prefetch's cost is its p50 over the narrow one's.
 
-    python benchmarks/lookup_latency.py [--store DIR] [--limit N] [--rounds R] [--out FILE.json]
+    python benchmarks/lookup_latency.py [--store DIR] [--limit N] [--rounds R] [--set key=value ...]
+                                        [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -53,13 +54,16 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help="passes over the queries")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="config override, key=value"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/lookup_latency.json"))
     args = parser.parse_args()
     if not DATA.is_dir():
         print(f"skipped: {DATA} not found (benchmark data lives in ../shared/data)")
         return 0
     console = Console()
-    config = load_config(overrides={"store.path": str(args.store)})
+    config = load_config(overrides=[f"store.path={args.store}", *args.overrides])
     console.print(f"ingesting {DATA} into {args.store} (skips unchanged documents) ...")
     cached = CachedEmbedder(build_embedder(config), Path("benchmarks/.cache/embeddings"))
     report = ingest(DATA, config, progress=console.is_terminal, embedder=cached)
@@ -82,14 +86,14 @@ def main() -> int:
             return (encoded - start) * 1000, (time.perf_counter() - start) * 1000
 
         dense = KnowledgeTool(
-            load_config(overrides={"store.path": str(args.store), "retrieval.mode": "dense"}),
+            load_config(overrides=[f"store.path={args.store}", *args.overrides, "retrieval.mode=dense"]),
             search_port=tool.search_port,
             embedder=tool.embedder,
             l0_index=tool.l0_index,
         )
 
         narrow = KnowledgeTool(  # hybrid with each prefetch only retrieve_k wide: the prefetch's cost
-            load_config(overrides={"store.path": str(args.store), "retrieval.prefetch_k": None}),
+            load_config(overrides=[f"store.path={args.store}", *args.overrides, "retrieval.prefetch_k=null"]),
             search_port=tool.search_port,
             embedder=tool.embedder,
             l0_index=tool.l0_index,
@@ -180,6 +184,8 @@ def main() -> int:
                 "stages": summary,
                 "nodes_p50_ms": {name: statistics.median(v) for name, v in per_node.items()},
                 "mode": config.retrieval.mode,
+                "overrides": args.overrides,
+                "query_backend": f"{encoder.backend} ({encoder.quantize})",
                 "fusion": config.retrieval.fusion,
                 "end_to_end_over_floor_p50": ratio,
                 "dense_lookup_over_floor_p50": dense_ratio,
