@@ -214,9 +214,7 @@ def _cached_encoder(model_name: str, device: str, backend: Backend, quantize: Qu
     try:
         return load_exported_encoder(path, backend, quantize)
     except ExportError as exc:
-        encoder = _cached_encoder(
-            model_name, device, "torch", "none"
-        )  # a model torch cannot load either: no warning
+        encoder = _cached_encoder(model_name, device, "torch", "none")  # torch fails too: no warning
         logger.warning("embedder.backend %s unavailable, using torch (%s)", backend, exc)
         return encoder
 

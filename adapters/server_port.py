@@ -16,10 +16,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from .search import KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest, StoreUnavailableError
 
 RETRY_AFTER_S = 1.0
+T = TypeVar("T")
 
 
 class ReconnectingSearchPort(KnowledgeSearchPort):
@@ -43,17 +45,16 @@ class ReconnectingSearchPort(KnowledgeSearchPort):
         self._acquire()
 
     def search(self, request: SearchRequest) -> list[SearchHit]:
-        store = self._acquire()
-        try:
-            return store.search(request)
-        except StoreUnavailableError as exc:
-            self._drop(store, exc)
-            raise
+        return self._on_store(lambda store: store.search(request))
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+        return self._on_store(lambda store: store.search_batch(requests))
+
+    def _on_store(self, call: Callable[[KnowledgeStore], T]) -> T:
+        """``call`` on the open store; a store that turns out unavailable is dropped."""
         store = self._acquire()
         try:
-            return store.search_batch(requests)
+            return call(store)
         except StoreUnavailableError as exc:
             self._drop(store, exc)
             raise
