@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.corpus import SourceDocument, read_corpus
 from lookup_knowledge.adapters.embedder import Embedder
@@ -165,3 +167,22 @@ def make_hit(
         doc_id=doc_id,
         chunk_index=chunk_index,
     )
+
+
+class FailingEmbedder(Embedder):
+    """An embedding model that fails on every call (a fault, injected)."""
+
+    model_name = "failing"
+
+    @property
+    def dimension(self) -> int:
+        return 384
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        raise RuntimeError("embedder down")
+
+    def embed_query(self, text: str) -> np.ndarray:
+        raise RuntimeError("embedder down")
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        raise RuntimeError("embedder down")

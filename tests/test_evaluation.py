@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -11,11 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import SMALL_CORPUS, write_corpus
-from dataflow_fixtures import FaultySearchPort
+from dataflow_fixtures import FailingEmbedder, FaultySearchPort
 from typer.testing import CliRunner
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.search import SearchHit, SearchRequest
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.eval.batch import lookup_many
@@ -308,6 +310,34 @@ def test_batch_prefetches_the_filters_l0_derives_in_one_round_trip(tool: Knowled
     assert "payments" in derived  # from the L0 hints, not pinned
     assert len(spy.round_trips) == 1  # every search the DAGs asked for was prefetched
     assert {request.category for request in spy.round_trips[0]} == {*derived, None}
+
+
+class _FreezeWatch(FaultySearchPort):
+    """No fault: records how many objects the collector had frozen at each round trip."""
+
+    def __init__(self, inner: FaultySearchPort) -> None:
+        super().__init__(inner)
+        self.frozen: list[int] = []
+
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+        self.frozen.append(gc.get_freeze_count())
+        return super().search_batch(requests)
+
+
+def test_a_batch_freezes_the_older_heap_only_while_its_lookups_run(tool: KnowledgeTool) -> None:
+    watch = _FreezeWatch(tool.search_port)
+    batched = KnowledgeTool(tool.config, search_port=watch, embedder=tool.embedder, l0_index=tool.l0_index)
+    assert gc.get_freeze_count() == 0
+    results = lookup_many(batched, ["refund", "rotate the API keys"])
+    assert [r.evidence_status for r in results] == ["evidence", "evidence"]
+    assert watch.frozen and min(watch.frozen) > 1000  # the model, the store client, ... were skipped
+    assert gc.get_freeze_count() == 0  # and all unfrozen afterwards
+    failing = KnowledgeTool(
+        tool.config, search_port=tool.search_port, embedder=FailingEmbedder(), l0_index=tool.l0_index
+    )
+    with pytest.raises(RuntimeError, match="embedder down"):
+        lookup_many(failing, ["refund"])
+    assert gc.get_freeze_count() == 0  # also when a chunk raises
 
 
 def test_evaluate_writes_results_metrics_and_report(tool: KnowledgeTool, tmp_path: Path) -> None:

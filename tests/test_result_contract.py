@@ -7,12 +7,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
 from dataflow_fixtures import (
     FAPIAO_QUERY,
     PARCEL_QUERY,
     REFUND_QUERY,
+    FailingEmbedder,
     FaultySearchPort,
     SampleKB,
     as_json,
@@ -22,7 +22,6 @@ from dataflow_fixtures import (
 from hamilton import driver as hamilton_driver
 
 from lookup_knowledge import ingest, load_config
-from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
 from lookup_knowledge.agent.tool import KnowledgeTool
 from lookup_knowledge.contract import (
@@ -296,23 +295,6 @@ def test_query_exactly_at_the_length_limit_is_accepted(strict_tool):
     query = ("refund approval " * 10)[:MAX_CHARS]
     result = strict_tool.lookup(query)
     assert result.evidence_status == "evidence"
-
-
-class FailingEmbedder(Embedder):
-    model_name = "failing"
-
-    @property
-    def dimension(self) -> int:
-        return 384
-
-    def embed_documents(self, texts) -> np.ndarray:
-        raise RuntimeError("embedder down")
-
-    def embed_query(self, text: str) -> np.ndarray:
-        raise RuntimeError("embedder down")
-
-    def embed_queries(self, texts) -> np.ndarray:
-        raise RuntimeError("embedder down")
 
 
 def test_failing_embedder_is_retrieval_failed_not_an_exception(sample_kb):

@@ -11,6 +11,7 @@ are untouched, so a batched result equals the single-call result.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -92,10 +93,30 @@ def lookup_many(
     results: list[LookupResult] = []
     for start in range(0, len(queries), BATCH_SIZE):
         chunk = range(start, min(start + BATCH_SIZE, len(queries)))
-        results.extend(_lookup_chunk(tool, [queries[i] for i in chunk], [pinned[i] for i in chunk]))
+        with _older_objects_frozen():
+            results.extend(_lookup_chunk(tool, [queries[i] for i in chunk], [pinned[i] for i in chunk]))
         if on_progress is not None:
             on_progress(len(chunk))
     return results
+
+
+@contextmanager
+def _older_objects_frozen() -> Iterator[None]:
+    """Keep the collector's full passes off the objects that exist before a chunk of lookups.
+
+    A chunk allocates many short-lived containers, so Python's cyclic collector runs often, and
+    now and then a full pass walks the whole heap: the loaded model, the store client and the
+    results so far (~320,000 objects, ~150 ms on SciFact). Frozen (``gc.freeze``), those are
+    skipped while the chunk runs; the lookups' own garbage is still collected as it goes. Young
+    garbage is collected first, so none is carried into the frozen heap; everything is unfrozen
+    afterwards, also when a lookup raises. Eval throughput +5-7% (docs/benchmarks.md).
+    """
+    gc.collect(1)
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _lookup_chunk(tool: KnowledgeTool, queries: list[str], pinned: list[str | None]) -> list[LookupResult]:
