@@ -16,6 +16,7 @@ BREADCRUMB_SEPARATOR = " > "
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
 _FENCE = re.compile(r"^[ \t]*(```|~~~)")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
+CHUNKING = "sections+even-size"  # in each document's hash: a change re-chunks on the next ingest
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,16 +76,40 @@ def _is_only_heading(text: str) -> bool:
     return "\n" not in text and bool(_HEADING.match(text))
 
 
-def split_by_size(text: str, max_chars: int) -> Iterator[str]:
-    """Pack paragraphs (then sentences, then hard cuts) into pieces of at most ``max_chars``."""
+def split_by_size(text: str, max_chars: int) -> list[str]:
+    """Pack paragraphs (then sentences, then hard cuts) into pieces of at most ``max_chars``,
+    as even in size as the units allow.
+
+    As many pieces as packing up to ``max_chars`` needs, each packed only up to the smallest size
+    that still needs no more of them: a 1,300-character abstract becomes two pieces of about 650,
+    not 1,000 and a 300-character tail whose vector is mostly its breadcrumb (docs/quality.md).
+    """
+    units = list(_units(text, max_chars))
+    if not units:
+        return []
+    count = len(_packed(units, max_chars))
+    low, high = max(map(len, units)), max_chars
+    while low < high:  # the fewest pieces never grow with the size: bisect the smallest size
+        middle = (low + high) // 2
+        if len(_packed(units, middle)) <= count:
+            high = middle
+        else:
+            low = middle + 1
+    return _packed(units, low)
+
+
+def _packed(units: list[str], size: int) -> list[str]:
+    """Units in order, joined by blank lines into as few pieces of at most ``size`` as fit."""
+    pieces: list[str] = []
     buffer = ""
-    for unit in _units(text, max_chars):
-        if buffer and len(buffer) + 2 + len(unit) > max_chars:
-            yield buffer
+    for unit in units:
+        if buffer and len(buffer) + 2 + len(unit) > size:
+            pieces.append(buffer)
             buffer = ""
         buffer = f"{buffer}\n\n{unit}" if buffer else unit
     if buffer.strip():
-        yield buffer
+        pieces.append(buffer)
+    return pieces
 
 
 def _units(text: str, max_chars: int) -> Iterator[str]:

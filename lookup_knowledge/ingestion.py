@@ -36,7 +36,7 @@ from lookup_knowledge.adapters.search import (
     evidence_key,
 )
 from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
-from lookup_knowledge.chunking import Chunk, chunk_document
+from lookup_knowledge.chunking import CHUNKING, Chunk, chunk_document
 from lookup_knowledge.config import Config
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
 
@@ -275,7 +275,7 @@ def document_hash(doc: SourceDocument, config: Config, model_name: str) -> str:
     """Content hash of a document and everything that shapes its chunks and vectors."""
     fingerprint = [
         doc.source, doc.title, doc.body, doc.format, doc.categories, doc.keywords, doc.entities,
-        doc.description, doc.doc_type, config.ingest.chunk_chars, model_name, SPARSE_INDEX,
+        doc.description, doc.doc_type, config.ingest.chunk_chars, CHUNKING, model_name, SPARSE_INDEX,
     ]  # fmt: skip
     return hashlib.sha256(json.dumps(fingerprint, ensure_ascii=False).encode()).hexdigest()[:32]
 

@@ -171,3 +171,37 @@ def test_embedding_text_leads_with_breadcrumb() -> None:
     chunk = Chunk(0, "Runbook > Failover", "Promote the replica.")
     assert chunk.embedding_text == "Runbook > Failover\nPromote the replica."
     assert Chunk(0, "", "bare").embedding_text == "bare"
+
+
+def test_pieces_are_even_in_size_with_no_short_tail() -> None:
+    sentences = [f"Sentence {i} says something about the topic at hand." for i in range(26)]
+    text = " ".join(sentences)  # ~1,400 characters, one paragraph
+    pieces = split_by_size(text, 1000)
+    assert len(pieces) == 2  # as few as packing up to 1,000 characters needs
+    assert all(len(p) <= 1000 for p in pieces)
+    assert abs(len(pieces[0]) - len(pieces[1])) <= len(sentences[0]) + 2  # not 1,000 + 400
+    assert " ".join(p.replace("\n\n", " ") for p in pieces) == text  # every sentence, in order
+
+
+def test_even_split_never_needs_more_pieces_than_packing_full() -> None:
+    for n in range(1, 60):
+        text = "\n\n".join(f"Paragraph {i}" + " word" * (i % 7 * 9 + 3) for i in range(n))
+        for size in (300, 650, 1000):  # every paragraph (at most 297 characters) fits
+            pieces = split_by_size(text, size)
+            full, buffer = 0, ""
+            for unit in text.split("\n\n"):  # every paragraph fits: the plain greedy count
+                if buffer and len(buffer) + 2 + len(unit) > size:
+                    full, buffer = full + 1, ""
+                buffer = f"{buffer}\n\n{unit}" if buffer else unit
+            assert len(pieces) == full + 1
+            assert all(len(p) <= size for p in pieces)
+            assert "\n\n".join(pieces) == text
+
+
+def test_a_change_of_chunking_re_chunks_on_the_next_ingest(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lookup_knowledge import ingestion, load_config
+
+    doc = SourceDocument("d", "d", "Plain", "body", "text")
+    before = ingestion.document_hash(doc, load_config(), "model")
+    monkeypatch.setattr(ingestion, "CHUNKING", "another")
+    assert ingestion.document_hash(doc, load_config(), "model") != before
