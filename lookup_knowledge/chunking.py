@@ -16,7 +16,7 @@ BREADCRUMB_SEPARATOR = " > "
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
 _FENCE = re.compile(r"^[ \t]*(```|~~~)")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
-CHUNKING = "sections+even-size+even-cuts"  # in each document's hash: a change re-chunks on the next ingest
+CHUNKING = "sections+even-size"  # in each document's hash: a change re-chunks on the next ingest
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +121,5 @@ def _units(text: str, max_chars: int) -> Iterator[str]:
             yield paragraph
             continue
         for sentence in _SENTENCE_END.split(paragraph):
-            yield from _even_cuts(sentence, max_chars)
-
-
-def _even_cuts(text: str, max_chars: int) -> Iterator[str]:
-    """``text`` in as few cuts of at most ``max_chars`` as fit, their lengths one apart at most."""
-    count = -(-len(text) // max_chars)
-    size, longer = divmod(len(text), count) if text else (0, 0)
-    start = 0
-    for index in range(count):
-        end = start + size + (index < longer)
-        yield text[start:end]
-        start = end
+            for start in range(0, len(sentence), max_chars):
+                yield sentence[start : start + max_chars]
