@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.adapters.search import SearchHit, SearchRequest
+from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.eval.batch import lookup_many
@@ -315,7 +315,7 @@ def test_batch_prefetches_the_filters_l0_derives_in_one_round_trip(tool: Knowled
 class _FreezeWatch(FaultySearchPort):
     """No fault: records how many objects the collector had frozen at each round trip."""
 
-    def __init__(self, inner: FaultySearchPort) -> None:
+    def __init__(self, inner: KnowledgeSearchPort) -> None:
         super().__init__(inner)
         self.frozen: list[int] = []
 
