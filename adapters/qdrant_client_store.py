@@ -130,7 +130,7 @@ class QdrantClientStore(KnowledgeStore):
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches in one round trip (a hybrid search brings its dense and sparse
         companions, which report each fused hit's places and BM25 score)."""
-        queries = [query for request in requests for query in _queries(request)]
+        queries = [query for request in requests for query in engine_queries(request)]
         with self._errors("search" if len(requests) == 1 else "batch search"):
             responses = iter(self._client.query_batch_points(self.collection, requests=queries))
         return found_hits(requests, (r.points for r in responses), self._cosines, self._count)
@@ -209,7 +209,7 @@ class QdrantClientStore(KnowledgeStore):
         self._client.close()
 
 
-def _queries(request: SearchRequest) -> list[models.QueryRequest]:
+def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
     """The server queries of one request: the ranked one, and for hybrid its dense and sparse
     companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
     places and the BM25 score of the hits they hold)."""

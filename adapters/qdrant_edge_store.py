@@ -110,7 +110,7 @@ class QdrantEdgeStore(KnowledgeStore):
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches planned as one batch by the engine (a hybrid search brings its
         dense and sparse companions, which report each fused hit's places and BM25 score)."""
-        queries = [query for request in requests for query in _queries(request)]
+        queries = [query for request in requests for query in engine_queries(request)]
         with backend_errors("search" if len(requests) == 1 else "batch search"):
             results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
         return found_hits(requests, results, self._cosines, self._count)
@@ -203,7 +203,7 @@ class QdrantEdgeStore(KnowledgeStore):
                     self._holder.unlink()
 
 
-def _queries(request: SearchRequest) -> list[qe.QueryRequest]:
+def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
     """The engine queries of one request: the ranked one, and for hybrid its dense and sparse
     companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
     places and the BM25 score of the hits they hold)."""
