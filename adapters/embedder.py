@@ -33,7 +33,7 @@ EncodePath = Literal["query", "document"]
 # What `backend: auto` runs on a CPU, per path: the fastest installed backend that keeps retrieval
 # quality (docs/benchmarks.md, "Embedding backends"); OpenVINO is the `openvino` extra. On a GPU,
 # auto runs torch on both paths.
-AUTO_CPU_BACKENDS: dict[EncodePath, Backend] = {"query": "onnx", "document": "openvino"}
+AUTO_CPU_BACKENDS: dict[EncodePath, Backend] = {"query": "openvino", "document": "openvino"}
 AUTO_CPU_WITHOUT_OPENVINO: dict[EncodePath, Backend] = {"query": "onnx", "document": "torch"}
 
 logger = logging.getLogger("lookup_knowledge.embedder")

@@ -359,6 +359,16 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+QUERY_BACKEND_STEP = [
+    "The query backend (2026-12-01). `embedder.backend: auto` now encodes queries with OpenVINO "
+    "instead of ONNX Runtime (0.40x torch's single-query p50 against 0.58x, docs/benchmarks.md). "
+    "Both give torch's vectors (cosine >= 0.99997 per text), and the rankings moved only by "
+    "those float differences: on the same stores, with ONNX query vectors, SciFact measured "
+    "0.7393, classic-dev 0.5199, the mix 0.6497 and hugo-docs 0.7115. So SciFact's 0.7400 meets "
+    "the 0.74 target by 0.00001, a margin inside that noise: not a pass to build on.",
+    "",
+]
+
 CHUNKING_STEP = [
     "Even-size chunks (adopted 2026-12-01). A section longer than `chunk_chars` used to be packed "
     "greedily: every piece filled to 1,000 characters and the remainder a short tail (7% of "
@@ -543,6 +553,7 @@ def hybrid_notes(results: dict[str, Any]) -> list[str]:
         "abstracts instead of pairs of chunks; the product keeps 2 per document for agents, and "
         "the 20-deep evaluation ranking holds ten distinct abstracts either way). ",
         "",
+        *QUERY_BACKEND_STEP,
         *CHUNKING_STEP,
         "",
         "Tried in one-off runs (over the ten blocks returned, before the evaluation ranked 20 "

@@ -2,7 +2,7 @@
 
 >>> facts = describe(load_config())  # doctest: +SKIP
 >>> facts["embedder"]["backends"]
-{'query': 'onnx', 'document': 'openvino'}
+{'query': 'openvino', 'document': 'openvino'}
 """
 
 from __future__ import annotations
