@@ -244,8 +244,9 @@ def _openvino_session(graph: Path) -> _Session:
     settings = {
         "INFERENCE_NUM_THREADS": _threads(),
         "PERFORMANCE_HINT": "LATENCY",
-        # Threads pinned to cores wait for a core another process holds: on 2 busy cores a query
-        # took 8.0 ms pinned, 3.5 ms unpinned (2.9 ms either way on idle cores).
+        # Threads pinned to cores wait for a core another process holds: with 2 busy processes on
+        # 2 cores a query took 8.0 ms pinned, 3.5 ms unpinned in one test (2.9 ms either way on
+        # idle cores); on saturated cores both vary run to run (docs/benchmarks.md).
         "ENABLE_CPU_PINNING": False,
     }
     compiled = ov.Core().compile_model(str(graph), "CPU", settings)
