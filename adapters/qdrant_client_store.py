@@ -15,6 +15,7 @@ from typing import Any
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException
 
+from .redaction import mask_secrets
 from .search import (
     CATEGORY_FIELD,
     DENSE_VECTOR,
@@ -62,11 +63,16 @@ class QdrantClientStore(KnowledgeStore):
     ) -> None:
         self.collection = collection
         self.dimension = dimension
-        self._where = url or str(location)
+        self._where = mask_secrets(url or str(location))  # named in messages: credentials masked
         if url:  # every request, the connection included, is bounded by ``timeout_s``
-            self._client = QdrantClient(
-                url=url, api_key=api_key, timeout=timeout_s, check_compatibility=False
-            )
+            try:
+                self._client = QdrantClient(
+                    url=url, api_key=api_key, timeout=timeout_s, check_compatibility=False
+                )
+            except Exception as exc:  # a URL the client cannot parse (bad port, unknown scheme)
+                raise StoreUnavailableError(
+                    f"store.url {self._where} is not a usable Qdrant URL: {first_line(exc)}"
+                ) from None
         elif str(location) == ":memory:":
             self._client = QdrantClient(location=":memory:")
         else:

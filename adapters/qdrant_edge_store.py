@@ -36,6 +36,7 @@ from .search import (
     found_hits,
     process_note,
     stored_documents,
+    write_private,
 )
 from .shared_store import holder_note
 from .sparse import SparseVector
@@ -56,7 +57,7 @@ class QdrantEdgeStore(KnowledgeStore):
         self._holder = holder_note(self.path)
         self._shard = self._open(create)
         with contextlib.suppress(OSError):  # so a process kept waiting can name the holder
-            self._holder.write_text(process_note(), encoding="utf-8")
+            write_private(self._holder, process_note())
 
     def _open(self, create: bool) -> qe.EdgeShard:
         config = None

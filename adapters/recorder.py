@@ -43,7 +43,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from .redaction import mask_secrets
 
 SCHEMA_VERSION = 1
 SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent writers wait for the lock instead of failing
@@ -173,11 +175,8 @@ class InvocationRecorder:
 
     @property
     def url(self) -> str:
-        """The database URL, password hidden."""
-        try:
-            return make_url(self._raw_url).render_as_string(hide_password=True)
-        except ArgumentError:
-            return repr(self._raw_url)
+        """The database URL, credentials masked (:func:`~.redaction.mask_secrets`)."""
+        return mask_secrets(self._raw_url)
 
     def record(self, invocation: Invocation) -> int:
         """Insert one row; returns its id."""
@@ -239,6 +238,7 @@ class InvocationRecorder:
             raise
         except (SQLAlchemyError, OSError, ImportError) as exc:  # ImportError: no driver for the URL
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = mask_secrets(reason)  # a driver may name the URL it could not use
             error = RecorderUnavailableError(f"invocation database {self.url} failed: {reason}")
             self._breaker.failed(str(error))
             raise error from exc

@@ -7,6 +7,7 @@ dataflow only sees the narrower :class:`KnowledgeSearchPort`.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import uuid
 from abc import ABC, abstractmethod
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .redaction import mask_secrets
 from .sparse import Bm25Encoder, SparseVector, bm25_encoder
 
 CATEGORY_FIELD = "category"
@@ -40,7 +42,11 @@ _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
 
 
 class StoreError(RuntimeError):
-    """The knowledge store failed; every adapter raises only subclasses of this."""
+    """The knowledge store failed; every adapter raises only subclasses of this. Its message has
+    the credentials of any URL in it masked (:func:`~.redaction.mask_secrets`)."""
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(mask_secrets(str(message)))
 
 
 class StoreUnavailableError(StoreError):
@@ -81,15 +87,35 @@ def backend_errors(action: str) -> Iterator[None]:
 
 
 def process_note() -> str:
-    """This process as a note for lock files: its pid and command line."""
-    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
-    return f"{os.getpid()} {command}"[:300]
+    """This process as a note for lock files: its pid and program name (``lookup-knowledge mcp``:
+    the command's name, never its arguments, which may hold secrets), always encodable."""
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    command = ""
+    if program.startswith("lookup-knowledge") and len(sys.argv) > 1 and _COMMAND.fullmatch(sys.argv[1]):
+        command = sys.argv[1]  # our own CLI's first argument, when a plain word, is its command
+    return _encodable(f"{os.getpid()} {program} {command}".strip())[:120]
+
+
+_COMMAND = re.compile(r"[a-z][a-z-]{0,30}")  # a subcommand's name (``mcp``, ``ingest``), not a value
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (mode 0600), whatever it holds
+    (lone surrogates from undecodable argv bytes are escaped)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as file:
+        os.fchmod(fd, 0o600)  # a file left by an older release keeps its mode otherwise
+        file.write(text)
+
+
+def _encodable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message, or its type name."""
+    """The first line of an exception's message (URL credentials masked), or its type name."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return mask_secrets(text.splitlines()[0]) if text else type(exc).__name__
 
 
 def evidence_key(doc_id: str, chunk_index: int) -> str:

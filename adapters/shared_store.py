@@ -28,6 +28,7 @@ from .search import (
     SearchRequest,
     StoreLockedError,
     process_note,
+    write_private,
 )
 
 POLL_S = 0.1  # how often a waiting opener retries and the holder looks for a handover request
@@ -62,7 +63,7 @@ def open_shared(opener: Callable[[], KnowledgeStore], path: Path, wait_s: float)
                 if time.monotonic() >= deadline:
                     raise StoreLockedError(f"{exc} (waited {wait_s:g} s, store.lock_wait_s)") from None
                 if not asked:
-                    request.write_text(process_note(), encoding="utf-8")
+                    write_private(request, process_note())
                     asked = True
                 time.sleep(POLL_S)
                 continue

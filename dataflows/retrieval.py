@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 from hamilton.function_modifiers import config
 
+from lookup_knowledge.adapters.redaction import mask_secrets
 from lookup_knowledge.adapters.search import (
     FusionMethod,
     KnowledgeSearchPort,
@@ -163,7 +164,7 @@ def _attempt(
 
 
 def _error(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    return mask_secrets(f"{type(exc).__name__}: {exc}")
 
 
 def _search_one(

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lookup_knowledge.adapters.redaction import mask_secrets
 from lookup_knowledge.extras import MissingExtraError, require
 
 DEFAULT_RETRIEVE_K = 20
@@ -209,7 +210,7 @@ def parse_override(override: str) -> tuple[str, Any]:
     """``dotted.key=value`` -> (key, YAML-parsed value)."""
     key, sep, raw = override.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"override {override!r} must look like dotted.key=value")
+        raise ConfigError(f"override {mask_secrets(override)!r} must look like dotted.key=value")
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:

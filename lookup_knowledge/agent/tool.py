@@ -23,6 +23,7 @@ from threadpoolctl import ThreadpoolController
 
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.l0_index import L0Index
+from lookup_knowledge.adapters.redaction import mask_secrets
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, StoreError
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import EvidenceStatus, LookupResult
@@ -123,7 +124,7 @@ class KnowledgeTool:
             logger.warning("lookup failed: %s", exc)
             failure = exc
         except Exception as exc:  # the model, or a defect: logged with its traceback
-            logger.exception("lookup failed: %s", exc)
+            logger.exception("lookup failed: %s", mask_secrets(str(exc)))
             failure = exc
         message = f"Knowledge retrieval failed: {failure}"
         return failure_result(inputs["query"], "retrieval_failed", message, inputs["prior_session_domains"])
@@ -302,7 +303,8 @@ def _echo(query: Any) -> str:
 def failure_result(
     query: str, status: EvidenceStatus, message: str, session_domains: list[str]
 ) -> LookupResult:
-    """A ``found=false`` result for a call that could not run the dataflow."""
+    """A ``found=false`` result for a call that could not run the dataflow (credentials in
+    the message masked)."""
     return LookupResult(
         query=query,
         found=False,
@@ -314,5 +316,5 @@ def failure_result(
         relevance_level="none",
         completeness_hint="none: no evidence was returned",
         retrieved_domains_this_session=session_domains,
-        message=message,
+        message=mask_secrets(message),
     )

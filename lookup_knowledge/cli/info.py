@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from lookup_knowledge.adapters.embedder import EncodePath
+from lookup_knowledge.adapters.redaction import mask_secrets
 from lookup_knowledge.adapters.search import StoreError
 from lookup_knowledge.config import Config
 from lookup_knowledge.stores import build_embedder, open_store
@@ -21,7 +22,7 @@ def describe(config: Config) -> dict[str, Any]:
     paths: tuple[EncodePath, ...] = ("query", "document")
     encoders = {path: embedder.encoder(path) for path in paths}
     return {
-        "config": config.model_dump(mode="json"),
+        "config": _masked(config.model_dump(mode="json")),
         "embedder": {
             "model": config.embedder.model,
             "device": embedder.device,
@@ -32,13 +33,25 @@ def describe(config: Config) -> dict[str, Any]:
     }
 
 
+def _masked(value: Any) -> Any:
+    """The configuration dump with the credentials of every URL in it masked."""
+    if isinstance(value, str):
+        return mask_secrets(value)
+    if isinstance(value, dict):
+        return {key: _masked(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked(item) for item in value]
+    return value
+
+
 def _label(backend: str, quantize: str) -> str:
     return backend if quantize == "none" else f"{backend} ({quantize})"
 
 
 def _store_facts(config: Config, dimension: int) -> dict[str, Any]:
     store = config.store
-    location = store.url or str(store.path / store.collection if store.backend == "edge" else store.path)
+    local = store.path / store.collection if store.backend == "edge" else store.path
+    location = mask_secrets(store.url) if store.url else str(local)
     facts: dict[str, Any] = {"backend": store.backend, "location": location, "documents": 0, "chunks": 0}
     try:
         opened = open_store(config, dimension, create=False)
