@@ -122,7 +122,9 @@ class AgentLookup:
         self.recorder = recorder
 
     @classmethod
-    def from_config(cls, config: Config, *, record: bool = True, require_store: bool = True) -> AgentLookup:
+    def from_config(
+        cls, config: Config, *, record: bool = True, require_store: bool | None = None
+    ) -> AgentLookup:
         """The configured tool, recording to :func:`invocation_db_url` when ``record``
         (``require_store``: see :meth:`KnowledgeTool.from_config`)."""
         recorder = build_recorder(config) if record else None

@@ -53,7 +53,7 @@ class KnowledgeTool:
         embedder: Embedder | None = None,
         l0_index: L0Index | None = None,
         adapters: Sequence[Any] = (),
-        require_store: bool = True,
+        require_store: bool | None = None,
     ) -> None:
         self.config = config
         self.embedder = embedder or build_embedder(config)
@@ -62,7 +62,7 @@ class KnowledgeTool:
         if search_port is None and config.l1.enabled:
             # opened before the model loads; handed over to an ingest that asks, then reopened
             search_port = self._owned_store = open_search_port(
-                config, on_reopen=self._reload_l0_index, require_store=require_store
+                config, on_reopen=self._reload_l0_index, require_store=_store_required(config, require_store)
             )
         self.search_port = search_port
         self.driver, self.executed_nodes = lookup_driver(config, *_tracing(config), *adapters)
@@ -81,9 +81,15 @@ class KnowledgeTool:
         self._sessions_lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, config: Config, *, require_store: bool = True) -> KnowledgeTool:
-        """Build the tool on the configured store, embedder and L0 index (``require_store=False``:
-        a server store that is down now is retried at each lookup instead of failing here)."""
+    def from_config(cls, config: Config, *, require_store: bool | None = None) -> KnowledgeTool:
+        """Build the tool on the configured store, embedder and L0 index.
+
+        ``require_store=False``: a store that cannot be opened now is retried at each lookup
+        (which answers ``retrieval_failed`` until it is back) instead of failing here. The
+        default (``None``) is ``False`` for a Qdrant server (``store.url``: an agent host may start
+        a moment before its server) and ``True`` for a local store, whose absence is a clear
+        error at start.
+        """
         return cls(config, require_store=require_store)
 
     def lookup(
@@ -175,6 +181,13 @@ class KnowledgeTool:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _store_required(config: Config, require_store: bool | None) -> bool:
+    """Whether the store must open when the tool is built (see :meth:`KnowledgeTool.from_config`)."""
+    if require_store is not None:
+        return require_store
+    return not (config.store.backend == "qdrant" and config.store.url)
 
 
 def _tracing(config: Config) -> list[Any]:

@@ -130,7 +130,7 @@ def query_command(
             _record_unrun(settings, text, session, rejected)
         _fail(f"invalid query: {problem}")
     try:
-        agent = AgentLookup.from_config(settings, record=not no_record)
+        agent = AgentLookup.from_config(settings, record=not no_record, require_store=True)  # fails fast
     except StoreError as exc:  # the agent's contract: a retrieval_failed result (exit code 1)
         failed = failure_result(text, "retrieval_failed", f"Knowledge retrieval failed: {exc}", [])
         if not no_record:

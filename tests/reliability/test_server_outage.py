@@ -20,7 +20,7 @@ from lookup_knowledge import ingest
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.search import SearchRequest, StoreMissingError, StoreUnavailableError
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
-from lookup_knowledge.agent.lookup import TOOL_NAME
+from lookup_knowledge.agent.lookup import TOOL_NAME, AgentLookup
 from lookup_knowledge.stores import open_store
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
@@ -132,3 +132,20 @@ def test_a_missing_collection_is_retried_too(tmp_path: Path, small_corpus: Path,
         assert port.search(request)[0].doc_id == "refunds"
     finally:
         port.close()
+
+
+def test_an_agent_host_starts_while_its_server_is_down(tmp_path: Path, refused_url: str, embedder) -> None:
+    """``AgentLookup.from_config`` on a Qdrant server that is down builds the tool (no
+    ``require_store`` needed) and answers each call ``retrieval_failed``; a local store that is
+    missing is still a clear error at start."""
+    config = make_config(
+        tmp_path, store__backend="qdrant", store__url=refused_url, store__timeout_s=TIMEOUT_S
+    )
+    with AgentLookup.from_config(config) as agent:
+        results = [agent.call("Who approves a refund above 500 EUR?", session_id="host") for _ in range(2)]
+    for result in results:
+        assert (result.found, result.evidence_status) == (False, "retrieval_failed")
+        assert refused_url in result.message
+        assert result.retrieval_trace.invocation_record.written is True  # each call still recorded
+    with pytest.raises(StoreMissingError, match="ingest first"):
+        AgentLookup.from_config(make_config(tmp_path / "nothing-here"))
