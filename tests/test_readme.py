@@ -32,6 +32,15 @@ def demo_recipe() -> list[str]:
     return [line.strip().replace("$(LK)", "lookup-knowledge") for line in recipe[1].splitlines()]
 
 
+def readme_example():
+    """``docs/readme_example.py``, the generator and checker of the README's example result."""
+    spec = importlib.util.spec_from_file_location("readme_example", ROOT / "docs" / "readme_example.py")
+    assert spec and spec.loader
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
 def run_shell(script: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(VENV)}
     return subprocess.run(
@@ -80,11 +89,25 @@ def test_every_json_block_parses() -> None:
 
 
 def test_the_example_result_is_what_a_real_run_gives(demo_checkout: Path) -> None:
-    spec = importlib.util.spec_from_file_location("readme_example", ROOT / "docs" / "readme_example.py")
-    assert spec and spec.loader
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = readme_example()
     committed = example.BLOCK.search(README)
     assert committed, "README.md has no readme-example block"
     fresh = example.example_json(str(VENV / "bin" / "lookup-knowledge"), cwd=demo_checkout)
-    assert committed[2] == fresh, "README example is stale: run `python docs/readme_example.py`"
+    changed = example.stale(committed[2], fresh)
+    assert changed == [], "README example is stale: run `python docs/readme_example.py`"
+
+
+def test_the_example_check_tolerates_cpu_float_noise_but_not_a_stale_result() -> None:
+    """What varies by CPU (the fourth decimal of a score) passes; a changed score, key, string or
+    list length fails."""
+    example = readme_example()
+    committed = {"score": 2.3607, "normalizedScore": 0.6965, "n": 2, "found": True, "keys": ["a#chunk-1"]}
+    assert example.differences(committed, {**committed, "score": 2.36, "normalizedScore": 0.6959}) == []
+    attempt = {"hitKeys": ["a#chunk-1", "b#chunk-2"]}
+    assert example.differences(attempt, {"hitKeys": ["b#chunk-2", "a#chunk-1"]}) == []
+    assert example.differences(attempt, {"hitKeys": ["b#chunk-2", "c#chunk-1"]})
+    assert example.differences(committed, {**committed, "normalizedScore": 0.71})
+    assert example.differences(committed, {**committed, "keys": ["a#chunk-2"]})
+    assert example.differences(committed, {**committed, "keys": []})
+    assert example.differences(committed, {**committed, "n": 3})
+    assert example.differences(committed, {**committed, "extra": None})

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import qdrant_edge as qe
 from conftest import make_config, write_markdown
 
@@ -32,6 +33,7 @@ from lookup_knowledge.stores import l0_index_path, open_store
 KILLS = 5
 DOCUMENTS = 60
 CHANGED = DOCUMENTS // 3 + DOCUMENTS // 10  # documents version 2 changes or adds
+VECTOR_ATOL = 2e-3  # batch composition moves a MiniLM vector by ~1e-4 per dimension on some CPUs
 WRITE_GROUP = 8  # chunks per write in the child: many writes, so kills land between and inside them
 
 CHILD = """
@@ -73,7 +75,7 @@ def write_version(kb: Path, version: int) -> None:
 
 
 def snapshot(config: Config) -> dict[str, Any]:
-    """Every point of the store (id -> payload, rounded dense vector and BM25 vector) and the L0
+    """Every point of the store (id -> payload, dense vector and rounded BM25 vector) and the L0
     index's documents."""
     shard = qe.EdgeShard.load(str(config.store.path / config.store.collection))
     points: dict[str, Any] = {}
@@ -85,7 +87,7 @@ def snapshot(config: Config) -> dict[str, Any]:
             for record in records:
                 dense, sparse = record.vector["dense"], record.vector["bm25"]
                 bm25 = dict(zip(sparse.indices, [round(x, 4) for x in sparse.values], strict=True))
-                points[str(record.id)] = (record.payload, [round(x, 4) for x in dense], bm25)
+                points[str(record.id)] = (record.payload, np.asarray(dense), bm25)
             if offset is None:
                 break
     finally:
@@ -165,7 +167,12 @@ def test_killed_ingest_then_rerun_equals_a_clean_ingest(tmp_path: Path, embedder
     lost = set(reference["points"]) - set(crashed["points"])
     extra = set(crashed["points"]) - set(reference["points"])
     assert (len(lost), len(extra)) == (0, 0)
-    assert crashed == reference
+    assert crashed["l0"] == reference["l0"]
+    for point_id, (payload, dense, bm25) in reference["points"].items():
+        crashed_payload, crashed_dense, crashed_bm25 = crashed["points"][point_id]
+        assert (crashed_payload, crashed_bm25) == (payload, bm25), point_id
+        # the child encodes in other batches than the clean run: float noise, CPU-dependent
+        assert np.allclose(crashed_dense, dense, atol=VECTOR_ATOL), point_id
     print(
         f"\n{kills} kills in {attempts} runs; {mixed_seen} documents seen mid-swap; rerun wrote "
         f"{rerun.new + rerun.updated} documents; {len(reference['points'])} chunks, 0 lost"
