@@ -9,16 +9,18 @@ A bad file never aborts a read: it is skipped and reported with its reason.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 import frontmatter
 import yaml
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 JSONL_CORPUS_NAME = "corpus.jsonl"
+MAX_ALIAS_EXPANSION = 65_536  # characters YAML aliases may add to a frontmatter header ("billion laughs")
 
 
 class CorpusError(ValueError):
@@ -58,25 +60,32 @@ class Corpus:
 
 
 def read_corpus(
-    source: str | Path, max_file_bytes: int = 2_000_000, *, allow_outside_root: bool = False
+    source: str | Path,
+    max_file_bytes: int = 2_000_000,
+    *,
+    allow_outside_root: bool = False,
+    max_record_bytes: int = 2_000_000,
 ) -> Corpus:
     """Read a markdown folder, a ``.jsonl`` file, or a BEIR folder holding ``corpus.jsonl``.
 
     Files that resolve outside the folder (through a symbolic link) are skipped unless
-    ``allow_outside_root``: a link must not turn e.g. ``/etc/passwd`` into evidence.
+    ``allow_outside_root``: a link must not turn e.g. ``/etc/passwd`` into evidence. Markdown
+    files over ``max_file_bytes`` and JSONL records (lines) over ``max_record_bytes`` are
+    skipped unread, as are frontmatter headers whose YAML aliases expand beyond
+    :data:`MAX_ALIAS_EXPANSION` characters.
     """
     path = Path(source)
     if not path.exists():
         raise CorpusError(f"source not found: {path}")
     if path.is_file():
         if path.suffix == ".jsonl":
-            return _dedupe(_read_jsonl(path))
+            return _dedupe(_read_jsonl(path, max_record_bytes))
         raise CorpusError(f"unsupported source file {path}: give a folder or a .jsonl corpus")
     markdown = sorted(p for p in path.rglob("*") if p.suffix.lower() in MARKDOWN_SUFFIXES and not p.is_dir())
     if markdown:
         return _dedupe(_read_markdown_folder(path, markdown, max_file_bytes, allow_outside_root))
     if (path / JSONL_CORPUS_NAME).is_file():
-        return _dedupe(_read_jsonl(path / JSONL_CORPUS_NAME))
+        return _dedupe(_read_jsonl(path / JSONL_CORPUS_NAME, max_record_bytes))
     raise CorpusError(f"no markdown files (*.md) or {JSONL_CORPUS_NAME} found in {path}")
 
 
@@ -98,16 +107,29 @@ def _read_markdown_folder(root: Path, files: list[Path], max_file_bytes: int, al
     corpus = Corpus()
     real_root = root.resolve()
     for file in files:
-        relative = file.relative_to(root).as_posix()
+        relative = printable_path(file.relative_to(root).as_posix())
         try:
             if not (allow_outside or file.resolve().is_relative_to(real_root)):
                 raise _Skip("links outside the knowledge-base folder (ingest.allow_outside_root)")
             corpus.documents.append(_read_markdown(file, relative, max_file_bytes))
         except _Skip as skip:
             corpus.skipped.append(SkippedFile(relative, str(skip), relative))
-        except OSError as exc:  # dangling symlink, permission denied, vanished file
+        except RuntimeError:  # Path.resolve() before Python 3.13 ("Symlink loop from ...")
+            corpus.skipped.append(SkippedFile(relative, "unreadable: symbolic link loop", relative))
+        except OSError as exc:  # dangling symlink, link loop (3.13), permission denied, vanished file
             corpus.skipped.append(SkippedFile(relative, f"unreadable: {exc.strerror or exc}", relative))
     return corpus
+
+
+def printable_path(name: str) -> str:
+    """A file name as text that can be stored and printed: bytes that are not UTF-8 (which
+    Python holds as lone surrogates) written as ``\\xff``, the same on every run."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _printable_text(text: str) -> str:
+    """Text with any lone surrogate (JSON's ``"\\ud800"``, not UTF-8) written as ``\\ud800``."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class _Skip(Exception):
@@ -129,7 +151,7 @@ def _read_markdown(file: Path, relative: str, max_file_bytes: int) -> SourceDocu
     return SourceDocument(
         doc_id=_text(meta.get("id")) or relative,
         source=relative,
-        title=_text(meta.get("title")) or _first_heading(body) or file.stem,
+        title=_text(meta.get("title")) or _first_heading(body) or Path(relative).stem,
         body=body,
         format="markdown",
         categories=_strings(meta.get("domain", meta.get("category"))),
@@ -149,7 +171,7 @@ def _frontmatter(text: str) -> tuple[dict[str, Any], str]:
         return {}, text
     try:
         header, body = handler.split(text)
-        meta = handler.load(header)
+        meta = _load_yaml(header)
     except ValueError:  # no closing delimiter: python-frontmatter reads it all as body
         return {}, text
     except yaml.YAMLError as exc:
@@ -161,9 +183,64 @@ def _frontmatter(text: str) -> tuple[dict[str, Any], str]:
     return meta, body.strip()
 
 
-def _read_jsonl(file: Path) -> Corpus:
+_Node = yaml.MappingNode | yaml.SequenceNode | yaml.ScalarNode
+
+
+def _load_yaml(header: str) -> Any:
+    """Safe YAML with its aliases bounded before they are expanded: the composed node graph
+    (shared where aliases point) is sized as if expanded, and refused when aliases would add
+    more than :data:`MAX_ALIAS_EXPANSION` characters or refer to themselves."""
+    loader = yaml.CSafeLoader(header) if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader(header)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        expanded = _expanded_size(node)
+        if expanded > len(header) + MAX_ALIAS_EXPANSION:
+            raise _Skip(
+                f"YAML frontmatter aliases expand it to {expanded:,} characters "
+                f"(at most {MAX_ALIAS_EXPANSION:,} more than its {len(header):,}): refused unexpanded"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(root: _Node) -> int:
+    """Characters of scalar text plus one per node, counting every alias as a full copy; each
+    node is visited once (iteratively, so deep nesting is fine). A cycle raises :class:`_Skip`."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[_Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            sizes[key] = 1 + sum(sizes[id(child)] for child in _children(node))
+            open_nodes.discard(key)
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise _Skip("YAML frontmatter has a recursive alias (a node that contains itself)")
+        if isinstance(node, yaml.ScalarNode):
+            sizes[key] = 1 + len(node.value)
+            continue
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: _Node) -> list[_Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return node.value if isinstance(node, yaml.SequenceNode) else []
+
+
+def _read_jsonl(file: Path, max_record_bytes: int) -> Corpus:
     corpus = Corpus()
-    for number, record in _jsonl_records(file, corpus):
+    for number, record in _jsonl_records(file, corpus, max_record_bytes):
         doc_id = _text(record.get("_id"))
         text = record.get("text")
         if not doc_id or not isinstance(text, str):
@@ -186,20 +263,51 @@ def _read_jsonl(file: Path) -> Corpus:
     return corpus
 
 
-def _jsonl_records(file: Path, corpus: Corpus) -> Iterator[tuple[int, dict[str, Any]]]:
+def _jsonl_records(file: Path, corpus: Corpus, max_record_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
     with file.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
+        for number, line, size in _bounded_lines(handle, max_record_bytes):
+            where = f"{printable_path(file.name)}:{number}"
+            if size > max_record_bytes:
+                reason = f"record too large ({size:,} bytes > ingest.max_record_bytes {max_record_bytes:,})"
+                corpus.skipped.append(SkippedFile(where, reason))
+                continue
             if not line.strip():
                 continue
             try:  # utf-8-sig: a byte-order mark before the first record is not part of it
                 record = json.loads(line.decode("utf-8-sig" if number == 1 else "utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                corpus.skipped.append(SkippedFile(f"{file.name}:{number}", f"invalid JSON: {exc}"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+                corpus.skipped.append(SkippedFile(where, f"invalid JSON: {_first_line(exc)}"))
                 continue
             if isinstance(record, dict):
-                yield number, record
+                yield number, _printable_record(record)
             else:
-                corpus.skipped.append(SkippedFile(f"{file.name}:{number}", "not a JSON object"))
+                corpus.skipped.append(SkippedFile(where, "not a JSON object"))
+
+
+def _printable_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with lone surrogates in its fields (strings, lists of strings) escaped."""
+    return {key: _printable_value(value) for key, value in record.items()}
+
+
+def _printable_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return _printable_text(value)
+    if isinstance(value, list):
+        return [_printable_text(item) if isinstance(item, str) else item for item in value]
+    return value
+
+
+def _bounded_lines(handle: IO[bytes], limit: int) -> Iterator[tuple[int, bytes, int]]:
+    """(line number, line, its size in bytes without the line break); a line over ``limit``
+    is read past in pieces and comes back empty, so no record larger than that is held."""
+    number = 0
+    while first := handle.readline(limit + 2):
+        number += 1
+        size, tail = len(first), first[-2:]  # tail: the line's last two bytes
+        while not tail.endswith(b"\n") and (piece := handle.readline(limit + 2)):
+            size, tail = size + len(piece), (tail + piece)[-2:]
+        size -= 2 if tail == b"\r\n" else 1 if tail.endswith(b"\n") else 0
+        yield number, (first if size <= limit else b""), size
 
 
 def _text(value: Any) -> str | None:

@@ -73,6 +73,7 @@ class EmbedderConfig(_Section):
 class IngestConfig(_Section):
     chunk_chars: int = Field(1000, ge=100, le=100_000)
     max_file_bytes: int = Field(2_000_000, ge=1)
+    max_record_bytes: int = Field(2_000_000, ge=1)
     allow_outside_root: bool = False
 
 

@@ -80,7 +80,10 @@ def ingest(
     """Ingest a markdown folder or BEIR JSONL corpus into the configured store and L0 index."""
     started = time.perf_counter()
     corpus = read_corpus(
-        source, config.ingest.max_file_bytes, allow_outside_root=config.ingest.allow_outside_root
+        source,
+        config.ingest.max_file_bytes,
+        allow_outside_root=config.ingest.allow_outside_root,
+        max_record_bytes=config.ingest.max_record_bytes,
     )
     embedder = embedder or build_embedder(config)
     owns_store = store is None
