@@ -1,4 +1,11 @@
-"""The context pack: evidence rendered for the prompt under a character budget."""
+"""The context pack: evidence rendered for the prompt under a character budget.
+
+Each block is a header (its rank, evidence key, source and breadcrumb, or title) and its content;
+the hit reasons join the header only with ``context.hit_reasons`` (they explain the ranking to a
+reviewer, and cost a model ~150 characters per block). The top block is always packed: when its
+header alone exceeds the budget, its content is cut to :data:`MIN_CONTENT_CHARS`, never its
+metadata, and ``charsUsed`` says by how much the budget was passed.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +16,10 @@ ELLIPSIS = "…"
 MIN_CONTENT_CHARS = 40  # below this a truncated excerpt says too little to be worth its header
 
 
-def _header(block: EvidenceBlock) -> str:
-    where = " > ".join(part for part in (block.source, block.breadcrumb) if part)
-    return (
-        f"[{block.rank}] {block.evidence_key}" + (f" | {where}" if where else "")
-        + f"\nhit reasons: {', '.join(block.hit_reasons)}\n"
-    )  # fmt: skip
+def _header(block: EvidenceBlock, hit_reasons: bool) -> str:
+    where = " > ".join(part for part in (block.source, block.breadcrumb or block.title) if part)
+    reasons = f"\nhit reasons: {', '.join(block.hit_reasons)}" if hit_reasons else ""
+    return f"[{block.rank}] {block.evidence_key}" + (f" | {where}" if where else "") + reasons + "\n"
 
 
 def _fit(content: str, room: int) -> tuple[str, bool]:
@@ -23,8 +28,11 @@ def _fit(content: str, room: int) -> tuple[str, bool]:
     return content[: room - len(ELLIPSIS)].rstrip() + ELLIPSIS, True
 
 
-def context_pack(evidence_blocks: list[EvidenceBlock], context_budget_chars: int) -> ContextPack:
-    """Blocks in reranked order; content truncated (never metadata), duplicates packed once."""
+def context_pack(
+    evidence_blocks: list[EvidenceBlock], context_budget_chars: int, context_hit_reasons: bool
+) -> ContextPack:
+    """Blocks in reranked order; content truncated (never metadata), duplicates packed once, the
+    top block always."""
     parts: list[str] = []
     items: list[PackedItem] = []
     omitted: list[str] = []
@@ -36,12 +44,14 @@ def context_pack(evidence_blocks: list[EvidenceBlock], context_budget_chars: int
         if text in packed_texts:
             duplicates[block.evidence_key] = packed_texts[text]
             continue
-        header = _header(block)
+        header = _header(block, context_hit_reasons)
         sep = SEPARATOR if parts else ""
         room = context_budget_chars - used - len(sep) - len(header)
-        if room < min(MIN_CONTENT_CHARS, len(text)):
+        least = min(MIN_CONTENT_CHARS, len(text))
+        if room < least and items:
             omitted.append(block.evidence_key)
             continue
+        room = max(room, least)  # the top block: its header whatever the budget, and some content
         content, truncated = _fit(text, room)
         parts.append(sep + header + content)
         used += len(parts[-1])

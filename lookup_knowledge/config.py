@@ -120,6 +120,7 @@ class RerankConfig(_Section):
 
 class ContextConfig(_Section):
     budget_chars: int = Field(6000, ge=1)
+    hit_reasons: bool = False
 
 
 class RecorderConfig(_Section):

@@ -130,4 +130,5 @@ def settings_inputs(config: Config) -> dict[str, Any]:
         "max_chunks_per_document": retrieval_config.max_chunks_per_document,
         "rerank_weights": config.rerank,
         "context_budget_chars": config.context.budget_chars,
+        "context_hit_reasons": config.context.hit_reasons,
     }

@@ -10,7 +10,8 @@ from dataflow_fixtures import (
 )
 
 from lookup_knowledge.contract import EvidenceBlock
-from lookup_knowledge.dataflows.context import ELLIPSIS, context_pack
+from lookup_knowledge.dataflows.context import ELLIPSIS, MIN_CONTENT_CHARS
+from lookup_knowledge.dataflows.context import context_pack as pack_with
 
 
 def block(
@@ -69,7 +70,22 @@ BLOCKS = [
     ),
     block("vector:7f3a", 4, words(30, "delta"), source=None, breadcrumb=None),
 ]
+
+
+def context_pack(blocks: list[EvidenceBlock], budget: int, hit_reasons: bool = True):
+    """The pack with hit reasons in each header (the longer header: the harder budget)."""
+    return pack_with(blocks, budget, hit_reasons)
+
+
 FULL = context_pack(BLOCKS, 100_000)
+TOP_BLOCK_LEAST = len(context_pack(BLOCKS[:1], 1).text)  # the top block's header and its least content
+
+
+def within_budget(pack) -> bool:
+    """Under the budget, or only the top block, cut to its least content."""
+    return pack.summary.chars_used <= pack.summary.budget_chars or (
+        len(pack.items) == 1 and pack.summary.chars_used == TOP_BLOCK_LEAST
+    )
 
 
 def test_everything_fits_under_a_large_budget():
@@ -89,7 +105,9 @@ def test_everything_fits_under_a_large_budget():
 @pytest.mark.parametrize("budget", [1, 39, 80, 150, 333, 512, 700, 901, 1200, 1750, 2400])
 def test_budget_is_respected_exactly(budget):
     pack = context_pack(BLOCKS, budget)
-    assert len(pack.text) == pack.summary.chars_used <= budget
+    assert len(pack.text) == pack.summary.chars_used
+    assert pack.summary.chars_used <= budget or budget < TOP_BLOCK_LEAST
+    assert within_budget(pack)
     assert pack.summary.budget_chars == budget
 
 
@@ -107,7 +125,7 @@ def test_content_is_truncated_but_never_metadata():
 
 def assert_metadata_intact(pack):
     by_key = {b.evidence_key: b for b in BLOCKS}
-    assert len(pack.text) <= pack.summary.budget_chars
+    assert within_budget(pack)
     for item in pack.items:
         original = by_key[item.evidence_key]
         assert f"[{original.rank}] {item.evidence_key}" in pack.text
@@ -156,13 +174,25 @@ def test_blocks_that_do_not_fit_are_omitted_and_listed():
         assert omitted not in pack.text
 
 
-def test_budget_below_any_header_packs_nothing():
+def test_budget_below_the_top_header_still_packs_the_top_block():
+    """An empty pack would leave the model nothing while the result says found=true: the top
+    block keeps its metadata whole and some content, the others are omitted."""
     pack = context_pack(BLOCKS, 10)
-    assert pack.items == []
-    assert pack.text == ""
-    assert pack.summary.chars_used == 0
-    assert pack.summary.included_sources == []
-    assert len(pack.summary.omitted_sources) == 3
+    assert [item.evidence_key for item in pack.items] == ["refunds#chunk-0"]
+    assert pack.items[0].truncated
+    assert len(pack.items[0].content) == MIN_CONTENT_CHARS
+    assert_metadata_intact(pack)
+    assert pack.summary.chars_used == len(pack.text) == TOP_BLOCK_LEAST > 10
+    assert pack.summary.included_sources == ["payments/refund-policy.md"]
+    assert pack.summary.omitted_sources == ["payments/chargeback-runbook.md", "vector:7f3a"]
+
+
+def test_hit_reasons_join_the_header_only_when_configured():
+    terse = pack_with(BLOCKS[:1], 100_000, False)
+    assert "hit reasons" not in terse.text
+    assert terse.text.startswith("[1] refunds#chunk-0 | payments/refund-policy.md > Refund Policy > Approval")
+    assert terse.items[0].hit_reasons == list(BLOCKS[0].hit_reasons)  # kept in the structured items
+    assert "hit reasons: vector:filtered, l0_keyword:refund" in context_pack(BLOCKS[:1], 100_000).text
 
 
 def test_duplicate_content_under_two_keys_is_packed_once():
@@ -211,3 +241,16 @@ def test_context_pack_end_to_end_respects_the_configured_budget(sample_kb, embed
         if key not in packed and key not in summary["duplicateKeys"]:
             assert b["source"] in summary["omittedSources"] + summary["partiallyIncludedSources"]
     assert result["completenessHint"].startswith("partial")
+
+
+def test_a_budget_smaller_than_the_top_header_still_gives_the_model_the_top_block(sample_kb, embedder):
+    """Issue: `query "How do I handle a chargeback dispute?" --set context.budget_chars=300` packed
+    nothing and omitted the only source while the result said found=true."""
+    tool = make_tool(sample_kb, embedder, context__budget_chars=300)
+    result = as_json(tool.lookup("How do I handle a chargeback dispute?"))
+    assert result["found"] is True
+    pack, top = result["contextPack"], result["evidenceBlocks"][0]
+    assert [item["evidenceKey"] for item in pack["items"]][:1] == [top["evidenceKey"]]
+    assert top["source"] in pack["text"] and top["evidenceKey"] in pack["text"]
+    assert top["source"] not in pack["summary"]["omittedSources"]
+    assert pack["items"][0]["content"].rstrip(ELLIPSIS) in top["content"]
