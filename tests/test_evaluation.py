@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import SMALL_CORPUS, write_corpus
-from dataflow_fixtures import FailingEmbedder, FaultySearchPort
+from dataflow_fixtures import FailingEmbedder, FaultySearchPort, SampleKB, make_tool
 from typer.testing import CliRunner
 
-from lookup_knowledge import KnowledgeTool, ingest, load_config
+from lookup_knowledge import KnowledgeTool, ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.cli.app import app
@@ -25,6 +25,9 @@ from lookup_knowledge.eval.compare import (
     BASELINE,
     Variant,
     comparison_table,
+    ineffective_variants,
+    inert_settings,
+    is_flat,
     parse_compare,
     parse_sweep,
     run_variants,
@@ -38,7 +41,7 @@ from lookup_knowledge.eval.data import (
 )
 from lookup_knowledge.eval.evaluation import evaluate, filter_headline
 from lookup_knowledge.eval.metrics import EVAL_DEPTH, document_ranking, per_query_metrics
-from lookup_knowledge.eval.report import write_eval_outputs
+from lookup_knowledge.eval.report import filter_headline_lines, write_eval_outputs
 
 QUERIES = [
     ("q-refund", "can I get a refund for downloaded digital goods?", ["refunds"], None),
@@ -525,15 +528,66 @@ def test_eval_cli_warns_when_a_variant_cannot_take_effect(store_path: Path, tmp_
         [
             "eval", str(queries), "--out", str(out), "--set", f"store.path={store_path}",
             "--compare", "nokeywords=--set rerank.keyword_match=0",
+            "--compare", "ratio=--set retrieval.fallback_score_ratio=0.9",
             "--sweep", "retrieval.reference_threshold=0.3:0.6:0.3",
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "variant 'nokeywords' gave the baseline's results on every query" in result.output
-    assert "no returned block matched one" in result.output
-    assert "2 variants of retrieval.reference_threshold gave the baseline's results" in result.output
-    assert "no query had a category filter" in result.output
+    output = " ".join(result.output.split())
+    assert "variant 'nokeywords' gave the baseline's results on every query" in output
+    assert "no returned block matched one" in output
+    assert (
+        "variant 'ratio' gave the baseline's results" in output and "no query had a category filter" in output
+    )
+    assert "2 variants of retrieval.reference_threshold gave the baseline's results" in output
+    assert "decides the fallback only under retrieval.fallback_rule: threshold (in force: relative)" in output
     assert "> warning: 2 variants of retrieval.reference_threshold" in (out / "comparison.md").read_text()
+
+
+def test_settings_the_rule_in_force_never_reads_are_named() -> None:
+    relative = load_config()
+    keys = ["retrieval.reference_threshold", "retrieval.fallback_score_ratio", "rerank.domain_match"]
+    assert set(inert_settings(relative, keys)) == {"retrieval.reference_threshold"}
+    threshold = load_config(overrides={"retrieval.fallback_rule": "threshold"})
+    assert set(inert_settings(threshold, keys)) == {"retrieval.fallback_score_ratio"}
+    off = load_config(overrides={"retrieval.fallback": False})
+    assert "retrieval.fallback is off" in inert_settings(off, keys)["retrieval.fallback_score_ratio"]
+    dense = load_config(overrides={"retrieval.mode": "dense"})
+    assert (
+        "dense"
+        in inert_settings(dense, ["retrieval.fallback_sparse_ratio"])["retrieval.fallback_sparse_ratio"]
+    )
+
+
+def test_sweeping_the_fallback_ratio_moves_the_sample_set_under_wrong_pins(
+    sample_kb: SampleKB, embedder: Embedder, tmp_path: Path
+) -> None:
+    """The README's sweep: under the default (relative) rule, the score ratio decides how many
+    wrong pins fall back, so the sample eval set's nDCG@10 and fallback rate move with it."""
+    pinned = tmp_path / "wrong.parquet"
+    beir_to_parquet(sample_knowledge_base().parent / "sample-eval", pinned, None, "wrong")
+    queries = load_eval_queries(pinned)
+    tool = make_tool(sample_kb, embedder)
+    swept = parse_sweep("retrieval.fallback_score_ratio=0.4:1.0:0.2")
+    runs = run_variants(
+        tool.config, {"store.path": str(sample_kb.store_path)}, None, swept, queries, relevance(queries), tool
+    )
+    ndcg = [runs[v.name].metrics["overall"]["ndcg@10"] for v in swept]
+    fallback = [runs[v.name].metrics["overall"]["fallback_rate"] for v in swept]
+    assert not is_flat(runs, swept) and ineffective_variants(runs, swept) == []
+    assert ndcg[0] < ndcg[-1] and fallback[0] < fallback[-1]  # a stricter ratio undoes more wrong pins
+
+
+def test_a_headline_without_a_share_says_why() -> None:
+    scores = {"queries": 3, "ndcg@10": 0.9, "unfiltered_ndcg@10": 0.9, "pure_filter_ndcg@10": 0.9}
+    right = filter_headline_lines({"right_filter": {**scores, "share_of_filter_gain_kept": None}})[0]
+    assert "the pure filter does not beat unfiltered retrieval" in right and "no gain" in right
+    wrong = filter_headline_lines({"wrong_filter": {**scores, "share_of_unfiltered_kept": None}})[0]
+    assert "the unfiltered nDCG@10 is 0" in wrong
+    for line in (right, wrong):
+        assert " - " not in line and "keeps -" not in line
+    kept = filter_headline_lines({"right_filter": {**scores, "share_of_filter_gain_kept": 0.5}})[0]
+    assert "keeps 50.0% of the pure filter's gain" in kept
 
 
 def test_a_variant_that_takes_effect_is_not_warned_about(store_path: Path, tmp_path: Path) -> None:

@@ -78,6 +78,7 @@ def eval_command(
         parse_sweep,
         plot_sweep,
         run_variants,
+        variant_config,
     )
     from lookup_knowledge.eval.evaluation import filter_headline
     from lookup_knowledge.eval.report import write_eval_outputs
@@ -115,7 +116,8 @@ def eval_command(
                 settings, base_overrides, config, variants + swept, queries, judgments, tool,
                 on_variant=lambda name: console.print(f"variant {name} ...", highlight=False),
             )  # fmt: skip
-            warnings = ineffective_variants(runs, variants + swept)
+            configs = {v.name: variant_config(config, base_overrides, v) for v in variants + swept}
+            warnings = ineffective_variants(runs, variants + swept, configs)
             for warning in warnings:
                 errors.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
             table = comparison_table(runs)

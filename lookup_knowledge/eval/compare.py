@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,12 @@ from lookup_knowledge.eval.evaluation import METRIC_NAMES, EvalRun, evaluate  # 
 
 SHARED_SECTIONS = ("store.", "embedder.")  # variants share one open store and one model
 BASELINE = "baseline"
-FILTER_KEYS = ("retrieval.reference_threshold", "retrieval.fallback")  # act only on filtered queries
+FILTER_KEYS = ("retrieval.reference_threshold", "retrieval.fallback")  # key prefixes: filtered queries only
+RULE_KEYS = {  # fallback setting -> the fallback rule that reads it
+    "retrieval.fallback_score_ratio": "relative",
+    "retrieval.fallback_sparse_ratio": "relative",
+    "retrieval.reference_threshold": "threshold",
+}
 BOOST_HINTS = {  # rerank weight -> the hit reason of the L0 match that earns it
     "rerank.domain_match": "l0_domain:",
     "rerank.entity_match": "l0_entity:",
@@ -97,7 +102,7 @@ def run_variants(
             raise ConfigError(f"variant {variant.name!r} changes {shared}: variants share store and embedder")
         if on_variant is not None:
             on_variant(variant.name)
-        config = load_config(config_path, {**base_overrides, **variant.overrides})
+        config = variant_config(config_path, base_overrides, variant)
         tool = KnowledgeTool(
             config,
             search_port=base_tool.search_port,
@@ -109,9 +114,38 @@ def run_variants(
     return runs
 
 
-def ineffective_variants(runs: dict[str, EvalRun], variants: list[Variant]) -> list[str]:
+def variant_config(
+    config_path: str | Path | None, base_overrides: dict[str, Any], variant: Variant
+) -> Config:
+    """The configuration a variant runs with: the base overrides, then its own."""
+    return load_config(config_path, {**base_overrides, **variant.overrides})
+
+
+def inert_settings(config: Config, keys: Iterable[str]) -> dict[str, str]:
+    """The keys that ``config`` never reads when it ranks or falls back, each with why."""
+    retrieval = config.retrieval
+    reasons = {}
+    for key in keys:
+        if (key in RULE_KEYS or key == "retrieval.fallback_rule") and not retrieval.fallback:
+            reasons[key] = f"{key} is read only by the fallback, and retrieval.fallback is off"
+        elif key in RULE_KEYS and RULE_KEYS[key] != retrieval.fallback_rule:
+            reasons[key] = (
+                f"{key} decides the fallback only under retrieval.fallback_rule: {RULE_KEYS[key]} "
+                f"(in force: {retrieval.fallback_rule})"
+            )
+            if key == "retrieval.reference_threshold":
+                reasons[key] += "; otherwise it sets only the relevance level, which no metric reads"
+        elif key == "retrieval.fallback_sparse_ratio" and retrieval.mode == "dense":
+            reasons[key] = f"{key} compares BM25 scores, and retrieval.mode is dense"
+    return reasons
+
+
+def ineffective_variants(
+    runs: dict[str, EvalRun], variants: list[Variant], configs: Mapping[str, Config] | None = None
+) -> list[str]:
     """One warning per variant whose every query came out as in the baseline, saying why its
-    keys could not act on these queries (a flat comparison or sweep is otherwise silent)."""
+    keys could not act on these queries (a flat comparison or sweep is otherwise silent);
+    ``configs`` (variant name -> its configuration) lets it name keys the rule in force ignores."""
     base = runs[BASELINE].results
     by_keys: dict[tuple[str, ...], list[Variant]] = {}
     for variant in variants:
@@ -122,8 +156,17 @@ def ineffective_variants(runs: dict[str, EvalRun], variants: list[Variant]) -> l
         who = f"variant {group[0].name!r}"
         if len(group) > 1:
             who = f"{len(group)} variants of {', '.join(keys)}"
-        warnings.append(f"{who} gave the baseline's results on every query: {_why_no_effect(group[0], base)}")
+        config = (configs or {}).get(group[0].name)
+        warnings.append(
+            f"{who} gave the baseline's results on every query: {_why_no_effect(group[0], base, config)}"
+        )
     return warnings
+
+
+def is_flat(runs: dict[str, EvalRun], variants: list[Variant]) -> bool:
+    """Whether every variant gave the baseline's results on every query."""
+    base = runs[BASELINE].results
+    return not any(_results_differ(base, runs[v.name].results) for v in variants)
 
 
 def _results_differ(base: pd.DataFrame, other: pd.DataFrame) -> bool:
@@ -135,11 +178,14 @@ def _results_differ(base: pd.DataFrame, other: pd.DataFrame) -> bool:
     )
 
 
-def _why_no_effect(variant: Variant, base: pd.DataFrame) -> str:
+def _why_no_effect(variant: Variant, base: pd.DataFrame, config: Config | None) -> str:
     reasons = []
     hit_reasons = " ".join(base["result_json"])
+    inert = inert_settings(config, variant.overrides) if config is not None else {}
     for key in variant.overrides:
-        if key in FILTER_KEYS and base["category_filter"].isna().all():
+        if key in inert:
+            reasons.append(inert[key])
+        elif key.startswith(FILTER_KEYS) and base["category_filter"].isna().all():
             reasons.append(
                 f"{key} acts on filtered queries and no query had a category filter (pin one per query "
                 "with a `category` column, e.g. `eval-queries --categories true`)"
@@ -184,7 +230,7 @@ def _paired_p(base: EvalRun, other: EvalRun, metric: str) -> float | None:
 
 
 def plot_sweep(runs: dict[str, EvalRun], variants: list[Variant], path: str | Path) -> Path:
-    """Metrics and fallback rate against the swept value."""
+    """Metrics and fallback rate against the swept value; a flat sweep says so in its title."""
     key = next(iter(variants[0].overrides))
     xs = [v.overrides[key] for v in variants]
     figure, axes = plt.subplots(figsize=(7, 4))
@@ -193,7 +239,9 @@ def plot_sweep(runs: dict[str, EvalRun], variants: list[Variant], path: str | Pa
         if all(y is not None for y in ys):
             axes.plot(xs, ys, marker="o", label=metric)
     axes.set_xlabel(key)
-    axes.set_title(f"Sweep of {key}")
+    axes.set_ylabel("metric or rate")
+    flat = "\n(flat: no value changed any query; see comparison.md)" if is_flat(runs, variants) else ""
+    axes.set_title(f"Sweep of {key}{flat}")
     axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)

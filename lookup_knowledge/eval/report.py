@@ -174,23 +174,33 @@ def filter_headline_lines(headline: dict[str, Any] | None) -> list[str]:
         return []
     lines = []
     if (wrong := headline.get("wrong_filter")) is not None:
-        lines.append(
-            f"**Wrong category pinned ({wrong['queries']} queries): the fallback keeps "
-            f"{_share(wrong['share_of_unfiltered_kept'])} of the unfiltered nDCG@10** "
-            f"({_fmt(wrong['ndcg@10'])} vs {_fmt(wrong['unfiltered_ndcg@10'])})."
-        )
+        lines.append(_wrong_filter_line(wrong))
     if (right := headline.get("right_filter")) is not None:
-        lines.append(
-            f"**Right category pinned ({right['queries']} queries): keeps "
-            f"{_share(right['share_of_filter_gain_kept'])} of the pure filter's gain** "
-            f"(nDCG@10 {_fmt(right['ndcg@10'])}; unfiltered {_fmt(right['unfiltered_ndcg@10'])}, "
-            f"pure filter {_fmt(right['pure_filter_ndcg@10'])})."
-        )
+        lines.append(_right_filter_line(right))
     return [*lines, ""]
 
 
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
+def _wrong_filter_line(wrong: dict[str, Any]) -> str:
+    scores = f"({_fmt(wrong['ndcg@10'])} vs {_fmt(wrong['unfiltered_ndcg@10'])})"
+    lead = f"**Wrong category pinned ({wrong['queries']} queries): "
+    if wrong["share_of_unfiltered_kept"] is None:
+        return f"{lead}the unfiltered nDCG@10 is 0, so there is no share of it to keep** {scores}."
+    kept = wrong["share_of_unfiltered_kept"]
+    return f"{lead}the fallback keeps {kept:.1%} of the unfiltered nDCG@10** {scores}."
+
+
+def _right_filter_line(right: dict[str, Any]) -> str:
+    lead = f"**Right category pinned ({right['queries']} queries): "
+    scores = (
+        f"nDCG@10 {_fmt(right['ndcg@10'])}; unfiltered {_fmt(right['unfiltered_ndcg@10'])}, "
+        f"pure filter {_fmt(right['pure_filter_ndcg@10'])}"
+    )
+    if right["share_of_filter_gain_kept"] is None:
+        return (
+            f"{lead}the pure filter does not beat unfiltered retrieval on these queries, so there is "
+            f"no gain for the fallback to keep** ({scores})."
+        )
+    return f"{lead}keeps {right['share_of_filter_gain_kept']:.1%} of the pure filter's gain** ({scores})."
 
 
 def _fmt(value: Any) -> str:
