@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import threading
@@ -35,6 +36,9 @@ logger = logging.getLogger(__name__)
 _SURROGATE = re.compile("[\ud800-\udfff]")  # Unicode category Cs: what invalid UTF-8 decodes to
 _FIELD_NAMES = {"query": "the query", "session_id": "the session id", "pinned_category": "the category"}
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # category Cc except tab, LF, CR
+MAX_SESSION_ID_CHARS = 200  # a longer session id is kept (and recorded) as a prefix and its hash
+SESSION_MEMORY_BYTES = 32 * 2**20  # session memory's bound in bytes, beside recorder.session_memory
+_SESSION_ENTRY_BYTES = 400  # what one remembered session costs beyond its text (dict entry, objects)
 
 
 class KnowledgeTool:
@@ -78,6 +82,8 @@ class KnowledgeTool:
             self.close()
             raise
         self._sessions: OrderedDict[str, list[str]] = OrderedDict()  # least recently used first
+        self._sessions_bytes = 0  # what the sessions in memory cost (see _session_cost)
+        self.session_memory_bytes = SESSION_MEMORY_BYTES
         self._sessions_lock = threading.Lock()
 
     @classmethod
@@ -109,7 +115,8 @@ class KnowledgeTool:
         if isinstance(request, str):
             if prior_session_domains is None:
                 session = plain_string(session_id)
-                prior_session_domains = self.session_domains(session if isinstance(session, str) else None)
+                key = session_key(session) if isinstance(session, str) else None
+                prior_session_domains = self.session_domains(key)
             return rejected_result(query, request, prior_session_domains)
         if prior_session_domains is None:
             prior_session_domains = self.session_domains(request.session_id)
@@ -157,13 +164,23 @@ class KnowledgeTool:
             return list(self._sessions.get(session_id, []))
 
     def _remember(self, session_id: str | None, domains: list[str]) -> None:
-        if session_id is not None:
-            with self._sessions_lock:
-                known = self._sessions.setdefault(session_id, [])
-                known.extend(d for d in domains if d not in known)
-                self._sessions.move_to_end(session_id)
-                while len(self._sessions) > self.config.recorder.session_memory:  # oldest go first
-                    self._sessions.popitem(last=False)
+        """Keep the session's domains; the least recently used sessions go first once there are
+        more than ``recorder.session_memory`` or they cost more than :data:`SESSION_MEMORY_BYTES`."""
+        if session_id is None:
+            return
+        with self._sessions_lock:
+            known = self._sessions.pop(session_id, None)
+            if known is None:
+                known = []
+            else:
+                self._sessions_bytes -= _session_cost(session_id, known)
+            known.extend(d for d in domains if d not in known)
+            self._sessions[session_id] = known
+            self._sessions_bytes += _session_cost(session_id, known)
+            most, budget = self.config.recorder.session_memory, self.session_memory_bytes
+            while self._sessions and (len(self._sessions) > most or self._sessions_bytes > budget):
+                oldest, kept = self._sessions.popitem(last=False)
+                self._sessions_bytes -= _session_cost(oldest, kept)
 
     def _reload_l0_index(self) -> None:
         """Read the L0 index again (the store was handed over: another process may have ingested)."""
@@ -181,6 +198,22 @@ class KnowledgeTool:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _session_cost(session_id: str, domains: list[str]) -> int:
+    """The bytes one remembered session is counted at: its text plus a fixed overhead."""
+    return _SESSION_ENTRY_BYTES + len(session_id) + sum(len(domain) for domain in domains)
+
+
+def session_key(session_id: str) -> str:
+    """A session id as it is kept and recorded: lone surrogates (undecodable bytes) escaped, and
+    one longer than :data:`MAX_SESSION_ID_CHARS` replaced by its first 64 characters and the
+    SHA-256 of the whole (``<prefix>...sha256:<hex>``, 139 characters): still one stable
+    session, at a bounded cost in memory and in the record."""
+    text = session_id.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) <= MAX_SESSION_ID_CHARS:
+        return text
+    return f"{text[:64]}...sha256:{hashlib.sha256(text.encode('utf-8')).hexdigest()}"
 
 
 def _store_required(config: Config, require_store: bool | None) -> bool:
@@ -218,7 +251,8 @@ class LookupRequest(BaseModel):
     without calling its methods. The query must hold visible text (not only whitespace or
     format characters such as U+200B), valid UTF-8 (no lone surrogates) and no control
     characters, within ``max_query_chars`` (validation context). A session id or pinned
-    category with lone surrogates (undecodable bytes) is kept with them escaped.
+    category with lone surrogates (undecodable bytes) is kept with them escaped; a session id
+    over :data:`MAX_SESSION_ID_CHARS` is kept as its prefix and hash (:func:`session_key`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -262,7 +296,12 @@ class LookupRequest(BaseModel):
             raise PydanticCustomError("invisible", "the query has only invisible (format) characters")
         return query.strip()
 
-    @field_validator("session_id", "pinned_category")
+    @field_validator("session_id")
+    @classmethod
+    def _session_key(cls, value: str | None) -> str | None:
+        return None if value is None else session_key(value)
+
+    @field_validator("pinned_category")
     @classmethod
     def _encodable(cls, value: str | None) -> str | None:
         return None if value is None else value.encode("utf-8", "backslashreplace").decode("utf-8")

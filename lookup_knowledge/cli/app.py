@@ -20,7 +20,7 @@ from lookup_knowledge.adapters.embedder import EmbedderError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.adapters.search import StoreError
 from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, invocation_row
-from lookup_knowledge.agent.tool import failure_result, query_problem
+from lookup_knowledge.agent.tool import failure_result, query_problem, session_key
 from lookup_knowledge.cli.display import print_result
 from lookup_knowledge.cli.eval import register as register_eval_commands
 from lookup_knowledge.cli.info import describe
@@ -258,7 +258,7 @@ def invocations_command(
         return
     recorder = _recorder(config, overrides)
     try:
-        rows = recorder.list(session_id=session, last=last)
+        rows = recorder.list(session_id=None if session is None else session_key(session), last=last)
     except RecorderUnavailableError as exc:
         _fail(str(exc), code=1)
     finally:

@@ -17,10 +17,17 @@ from mcp import Client
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.agent.lookup import AgentLookup, invocation_db_url
 from lookup_knowledge.agent.mcp_server import build_server
-from lookup_knowledge.agent.tool import KnowledgeTool, LookupRequest, lookup_request
+from lookup_knowledge.agent.tool import (
+    MAX_SESSION_ID_CHARS,
+    KnowledgeTool,
+    LookupRequest,
+    lookup_request,
+    session_key,
+)
 from lookup_knowledge.config import ConfigError, load_config
 
 QUERY = "Who must approve a refund above 500 EUR?"
+KAFKA_QUERY = "How do I fix growing Kafka consumer lag?"
 
 
 class LoudStr(str):
@@ -159,6 +166,54 @@ def test_session_memory_is_bounded(agent: AgentLookup) -> None:
         assert list(tool._sessions) == ["s4", "s2", "s5"]
         assert tool.session_domains("s0") == []
         assert tool.session_domains("s2") == ["payments"]
+
+
+def _database_bytes(agent: AgentLookup) -> int:
+    """The invocation database's size on disk, its write-ahead log included."""
+    database = Path(agent.recorder.url.removeprefix("sqlite:///"))
+    return sum(f.stat().st_size for f in database.parent.glob(database.name + "*"))
+
+
+def test_long_session_ids_cost_a_bounded_size(agent: AgentLookup) -> None:
+    """1 MB session ids: each is kept and recorded as its prefix and hash (stable: the session
+    still accumulates), so recorded calls and remembered sessions cost what short ids do."""
+    long_ids = [f"{n:03d}" + "x" * 2**20 for n in range(20)]
+    agent.call(QUERY, "warm-up")  # the schema exists before the size is taken
+    before = _database_bytes(agent)
+    for session in long_ids:
+        assert agent.call(QUERY, session).retrieval_trace.invocation_record.written
+    growth = _database_bytes(agent) - before
+    print(f"20 recorded calls with 1 MB session ids: database +{growth / 1024:.0f} KiB")
+    assert growth < 20 * 2**20 / 4  # unbounded, the ids alone (stored and indexed) were 40 MB
+    key = session_key(long_ids[0])
+    assert len(key) <= MAX_SESSION_ID_CHARS and key.startswith("000xxx")
+    assert [row.session_id for row in agent.recorder.list(session_id=key)] == [key]
+    assert session_key(long_ids[1]) != key and session_key(key) == key  # distinct, and idempotent
+    again = agent.call(KAFKA_QUERY, long_ids[0])
+    assert again.retrieved_domains_this_session[0] == "payments"  # the same session as before
+
+    tool = agent.tool
+    tool.lookup(QUERY, session_id="y" * 2**20)
+    assert tool.session_domains(session_key("y" * 2**20)) == ["payments"]
+    for n in range(300):  # what 300 lookups remember, without running them
+        request = lookup_request(QUERY, 2000, session_id=f"{n:03d}" + "y" * 2**20)
+        tool._remember(request.session_id, ["payments"])
+    assert max(map(len, tool._sessions)) <= MAX_SESSION_ID_CHARS
+    print(f"session memory after 300 sessions with 1 MB ids: {tool._sessions_bytes / 1024:.0f} KiB")
+    assert tool._sessions_bytes < 300 * 1000  # was 300 MB of ids
+
+
+def test_session_memory_is_bounded_in_bytes(agent: AgentLookup) -> None:
+    shared = agent.tool
+    with KnowledgeTool(shared.config, embedder=shared.embedder, search_port=shared.search_port) as tool:
+        tool.session_memory_bytes = 3 * (400 + 100 + len("payments"))  # three sessions of 100-char ids
+        for n in range(5):
+            tool._remember(f"{n}" * 100, ["payments"])
+        assert list(tool._sessions) == ["2" * 100, "3" * 100, "4" * 100]
+        assert tool._sessions_bytes == sum(400 + 100 + len("payments") for _ in range(3))
+        tool._remember("3" * 100, ["security"])  # grows and is the most recent: the oldest goes
+        assert list(tool._sessions) == ["4" * 100, "3" * 100]
+        assert tool.session_domains("3" * 100) == ["payments", "security"]
 
 
 async def _call_with_extra_argument(agent: AgentLookup) -> tuple[dict, object, object]:
