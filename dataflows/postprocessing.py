@@ -12,6 +12,7 @@ from lookup_knowledge.adapters.search import SearchHit, identity_key
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
+from lookup_knowledge.instruction_flag import payload_instruction_like
 
 from .retrieval import HybridFusion, SearchAttempt
 
@@ -25,7 +26,7 @@ _HINT_KINDS = {
 CANDIDATE_COLUMNS = frame_columns([
     "evidence_key", "doc_id", "chunk_index", "point_id", "source", "title", "breadcrumb",
     "categories", "doc_type", "content", "score", "normalized_score", "rank_score", "dense_score",
-    "sparse_score", "fused_score", "original_rank", "hit_reasons", "l0_matches",
+    "sparse_score", "fused_score", "original_rank", "hit_reasons", "l0_matches", "instruction_like",
 ])  # fmt: skip
 SCREENED_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "left_out"])
 RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
@@ -123,6 +124,7 @@ def candidates_df(
             "hit_reasons": [f"vector:{attempt}", *signals]
             + [f"l0_{kind}:{term}" for kind, term in matches],
             "l0_matches": matches,
+            "instruction_like": payload_instruction_like(payload, payload.get("breadcrumb"), hit.content),
         })  # fmt: skip
     return object_frame(rows, CANDIDATE_COLUMNS)
 
@@ -251,6 +253,7 @@ def evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
             rerank_score=row["rerank_score"],
             rank=row["rank"],
             hit_reasons=row["hit_reasons"],
+            instruction_like=row["instruction_like"],
         )
         for row in records(reranked_df)
     ]

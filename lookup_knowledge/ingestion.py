@@ -38,6 +38,8 @@ from lookup_knowledge.adapters.search import (
 from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
 from lookup_knowledge.chunking import CHUNKING, Chunk, chunk_document
 from lookup_knowledge.config import Config
+from lookup_knowledge.instruction_flag import PAYLOAD_FIELD as INSTRUCTION_LIKE_FIELD
+from lookup_knowledge.instruction_flag import block_markers
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
 
 PROGRESS_LINE_S = 15  # seconds between progress lines when the output is not a terminal
@@ -271,6 +273,7 @@ def _payload(pending: _PendingChunk) -> dict[str, object]:
         "doc_type": doc.doc_type,
         DOC_HASH_FIELD: pending.doc_hash,
         DOC_CHUNKS_FIELD: pending.doc_chunks,
+        INSTRUCTION_LIKE_FIELD: bool(block_markers(chunk.breadcrumb, chunk.content)),
     }
 
 

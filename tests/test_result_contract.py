@@ -63,6 +63,7 @@ BLOCK_FIELDS = {
     "rerankScore",
     "rank",
     "hitReasons",
+    "instructionLike",
 }
 TRACE_FIELDS = {
     "l0Hints",
