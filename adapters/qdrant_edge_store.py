@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -55,9 +56,40 @@ class QdrantEdgeStore(KnowledgeStore):
         self.path = Path(path)
         self.dimension = dimension
         self._holder = holder_note(self.path)
-        self._shard = self._open(create)
+        if not create and not _has_data(self.path):
+            raise StoreMissingError(f"no knowledge store at {self.path}: ingest first")
+        self._lock = self._locked()
+        try:
+            self._shard = self._open(create)
+        except BaseException:
+            os.close(self._lock)
+            raise
         with contextlib.suppress(OSError):  # so a process kept waiting can name the holder
             write_private(self._holder, process_note())
+
+    def _locked(self) -> int:
+        """Take the store's lock file (``<collection>.lock``) before the engine touches the shard.
+
+        qdrant-edge-py 0.9.0 modifies a held shard's segment files when another process calls
+        ``EdgeShard.load`` on it, even though that load then fails with WouldBlock: the holder's
+        later writes are lost or its flush fails (``repro/engine_race.py``). So no process asks
+        the engine to open a shard that another process may hold: an exclusive ``flock`` decides
+        first, and is released by the kernel when its holder exits, however it exits.
+        """
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_file(self.path), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot open knowledge store at {self.path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLockedError(
+                f"cannot open knowledge store at {self.path}: it is locked, already open in "
+                f"another process (or elsewhere in this one): {self._held_by()}; close that first"
+            ) from None
+        return fd
 
     def _open(self, create: bool) -> qe.EdgeShard:
         config = None
@@ -67,10 +99,8 @@ class QdrantEdgeStore(KnowledgeStore):
                 sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
             )
         try:
-            if self.path.is_dir() and any(self.path.iterdir()):
+            if _has_data(self.path):
                 return self._checked(qe.EdgeShard.load(str(self.path), config))
-            if not create:
-                raise StoreMissingError(f"no knowledge store at {self.path}: ingest first")
             if config is None:
                 raise ValueError("a new store needs the embedding dimension")
             shard = qe.EdgeShard.create(str(self.path), config)
@@ -195,13 +225,29 @@ class QdrantEdgeStore(KnowledgeStore):
         return f"held by pid {pid} ({command})"
 
     def close(self) -> None:
-        if self._shard is not None:
-            self._shard.flush()
-            self._shard.close()
-            self._shard = None
+        """Flush and close the shard, then release the store (also when the flush fails)."""
+        if self._shard is None:
+            return
+        shard, self._shard = self._shard, None
+        try:
+            with backend_errors("flush"):
+                shard.flush()
+        finally:
+            with contextlib.suppress(Exception):
+                shard.close()
             with contextlib.suppress(OSError, UnicodeDecodeError):
                 if self._holder.read_text(encoding="utf-8").startswith(f"{os.getpid()} "):
                     self._holder.unlink()
+            os.close(self._lock)  # only now may another process open the shard
+
+
+def lock_file(path: Path) -> Path:
+    """The file whose ``flock`` a process holds while it has the store at ``path`` open."""
+    return path.with_name(path.name + ".lock")
+
+
+def _has_data(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir())
 
 
 def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
