@@ -2,13 +2,22 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from dataflow_fixtures import SampleKB, make_tool
 
-from lookup_knowledge.cli.render import dot_node_edge_set, has_graphviz, mermaid_source, variant_graph
+from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.cli.render import (
+    dot_node_edge_set,
+    execution_graph,
+    has_graphviz,
+    mermaid_source,
+    variant_graph,
+)
 from lookup_knowledge.pipeline import VARIANTS
 
 VISUALIZATIONS = Path(__file__).resolve().parents[1] / "visualizations"
@@ -118,3 +127,31 @@ def test_explain_with_dot_draws_the_image(sample_store: Path) -> None:
     assert done.returncode == 0, done.stderr
     svg = target.read_text(encoding="utf-8")
     assert "query: refund approval" in svg and "unfiltered_hits" in svg
+
+
+KEYS_QUESTION = "How often must production API keys be rotated?"
+
+
+def _executed_source(kb: SampleKB, embedder: Embedder, pinned: str) -> str:
+    tool = make_tool(kb, embedder)
+    result = tool.lookup(KEYS_QUESTION, pinned_category=pinned)
+    return execution_graph(tool, result, tool.dataflow_inputs(KEYS_QUESTION, pinned)).source
+
+
+def test_explain_times_sit_inside_their_nodes_and_the_title_says_what_they_are(
+    sample_kb: SampleKB, embedder: Embedder
+) -> None:
+    source = _executed_source(sample_kb, embedder, "security")
+    assert "xlabel" not in source and "darkgreen" not in source  # no labels on edges, no bare border
+    assert re.search(r"<b>candidates_df</b><br /><br /><i>DataFrame</i><br />\d+\.\d\d ms>", source)
+    assert "each node: its wall time in this lookup" in source
+
+
+def test_explain_says_the_companion_ran_but_was_not_used(sample_kb: SampleKB, embedder: Embedder) -> None:
+    source = _executed_source(sample_kb, embedder, "security")  # the right category: the filter holds
+    assert "companion: ran, not used" in source and "RETRY" not in source
+
+
+def test_explain_marks_the_unfiltered_hits_a_fallback_used(sample_kb: SampleKB, embedder: Embedder) -> None:
+    source = _executed_source(sample_kb, embedder, "payments")  # a wrong category: the filter loses
+    assert "used: fallback (filtered_vector_" in source and "fillcolor=orange" in source

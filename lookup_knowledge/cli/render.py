@@ -14,7 +14,7 @@ from typing import Any
 
 import graphviz
 
-from lookup_knowledge.contract import LookupResult
+from lookup_knowledge.contract import LookupResult, RetrievalTrace
 from lookup_knowledge.pipeline import FINAL_NODE, VARIANTS, build_driver
 
 SOURCE_FORMATS = ("dot", "mmd")
@@ -23,6 +23,7 @@ GRAPHVIZ_HINT = "for PNG/SVG install Graphviz (apt install graphviz, brew instal
 _CONFIG_LABEL = re.compile(r"<b>(\w+): ([\w, ]+)</b>")
 _DOT_NODE = re.compile(r'^\s*"?([\w.]+)"?\s*\[', re.MULTILINE)
 _DOT_EDGE = re.compile(r'^\s*"?([\w.]+)"?\s*->\s*"?([\w.]+)"?', re.MULTILINE)
+_DOT_LABEL_END = re.compile(r"^(\t(\w+) \[label=<.*</i>)>")  # a node's HTML label up to its type
 _DOT_NOT_NODES = {"graph", "node", "edge", "config", "input", "function"}  # attributes, legend
 
 
@@ -104,20 +105,41 @@ def dot_node_edge_set(source: str) -> tuple[set[str], set[tuple[str, str]]]:
 
 
 def execution_graph(tool: Any, result: LookupResult, inputs: dict[str, Any]) -> graphviz.Digraph:
-    """The DAG path a query executed, titled with the query, filter and fallback decision."""
+    """The DAG path a query executed, titled with the query, filter and fallback decision; each
+    node that ran shows its wall time under its type, and ``unfiltered_hits`` what became of it."""
     graph = tool.driver.visualize_execution([FINAL_NODE], inputs=inputs, orient="TB", bypass_validation=True)
     trace = result.retrieval_trace
     ran = {timing.name: timing.ms for timing in trace.executed_nodes} if trace else {}
-    for name, ms in ran.items():
-        graph.node(name, xlabel=f"{ms:.2f} ms", color="darkgreen", penwidth="2")
-    if trace is not None and len(trace.attempts) > 1:
-        label = f"unfiltered_hits\nRETRY: {trace.fallback_reason}"
-        graph.node("unfiltered_hits", label=label, fillcolor="orange", style="filled")
-    elif "unfiltered_hits" in ran:
-        label = "unfiltered_hits\n(no retry)"
-        graph.node("unfiltered_hits", label=label, style="dashed", color="gray", fontcolor="gray")
+    graph.body = [_with_time(line, ran) for line in graph.body]
+    if "unfiltered_hits" in ran and trace is not None:
+        graph.node("unfiltered_hits", **_unfiltered_hits_node(trace, ran["unfiltered_hits"]))
     graph.attr(label=_execution_title(result), labelloc="t", fontname="Helvetica")
     return graph
+
+
+def _with_time(line: str, ran: dict[str, float]) -> str:
+    """A node's DOT line with its wall time added under its type (not beside it, where an
+    ``xlabel`` lands on the edges)."""
+    match = _DOT_LABEL_END.match(line)
+    if match is None or match[2] not in ran:
+        return line
+    return f"{match[1]}<br />{ran[match[2]]:.2f} ms{line[match.end(1) :]}"
+
+
+def _unfiltered_hits_node(trace: RetrievalTrace, ms: float) -> dict[str, str]:
+    """What became of the unfiltered search: its hits used (the fallback), run as the relative
+    rule's companion and not used, or not run at all."""
+    searched = [attempt for attempt in trace.attempts[1:] if attempt.kind == "unfiltered"]
+    if searched and searched[0].used:
+        state, style = f"used: fallback ({trace.fallback_reason})", {"fillcolor": "orange"}
+    elif searched:
+        state, style = (
+            "companion: ran, not used",
+            {"fillcolor": "lightgrey", "style": "rounded,filled,dashed"},
+        )
+    else:
+        state, style = "no unfiltered search", {"fillcolor": "white", "style": "rounded,filled,dashed"}
+    return {"label": f"<<b>unfiltered_hits</b><br /><br /><i>{state}</i><br />{ms:.2f} ms>", **style}
 
 
 def _execution_title(result: LookupResult) -> str:
@@ -125,7 +147,10 @@ def _execution_title(result: LookupResult) -> str:
     trace = result.retrieval_trace
     category = trace.category_filter if trace else None
     fallback = (trace.fallback_reason if trace else None) or "none"
-    return f"query: {query}\nfilter: {category or 'none'} | fallback: {fallback} | {result.evidence_status}"
+    return (
+        f"query: {query}\nfilter: {category or 'none'} | fallback: {fallback} | {result.evidence_status}\n"
+        "each node: its wall time in this lookup, under its type"
+    )
 
 
 def render_execution(

@@ -17,7 +17,8 @@ from lookup_knowledge.config import Config  # noqa: E402
 from lookup_knowledge.eval.evaluation import METRIC_NAMES, EvalRun  # noqa: E402
 from lookup_knowledge.frames import records  # noqa: E402
 
-WORST_QUERIES = 10
+WORST_QUERIES = 10  # rows of the report's worst-queries table
+WORST_LABELLED = 5  # query ids labelled on the per-query plot
 
 
 def write_eval_outputs(
@@ -60,17 +61,40 @@ def _plot(path: Path, draw: Any, data: pd.DataFrame) -> Path:
 
 
 def _per_query_distribution(axes: plt.Axes, per_query: pd.DataFrame) -> None:
-    """Box plots per metric; the worst queries on nDCG@10 are labelled with their ids."""
+    """Box plots per metric; the worst queries on nDCG@10 (below 1.0) are labelled with their ids."""
     columns = [name for name in ("ndcg@10", "recall@10", "mrr@10") if name in per_query]
     if per_query.empty:
         axes.text(0.5, 0.5, "no judged queries", ha="center")
+        axes.set_title("Per-query metric distribution")
     else:
         axes.boxplot([per_query[c] for c in columns], tick_labels=columns)
-        worst = per_query.nsmallest(5, "ndcg@10")
-        for offset, (query_id, value) in enumerate(zip(worst["query_id"], worst["ndcg@10"], strict=True)):
-            axes.annotate(str(query_id), (1, value), xytext=(1.12, value + 0.04 * offset), fontsize=7)
-    axes.set_title("Per-query metric distribution (worst nDCG@10 query ids labelled)")
+        labels = worst_query_labels(per_query)
+        for query_id, value, label_y in labels:
+            axes.annotate(
+                query_id, (1, value), xytext=(1.15, label_y), fontsize=7, va="center",
+                arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5},
+            )  # fmt: skip
+        which = "worst nDCG@10 query ids labelled" if labels else "every query scored nDCG@10 1.0"
+        axes.set_title(f"Per-query metric distribution ({which})")
+    axes.set_ylabel("score per query")
     axes.set_ylim(-0.05, 1.05)
+
+
+def worst_query_labels(
+    per_query: pd.DataFrame, count: int = WORST_LABELLED, gap: float = 0.06
+) -> list[tuple[str, float, float]]:
+    """The ``count`` lowest nDCG@10 queries below 1.0 as (query id, value, label height): the
+    labels are spread at least ``gap`` apart and kept inside [0, 1], inside the axes."""
+    worst = per_query[per_query["ndcg@10"] < 1.0].nsmallest(count, "ndcg@10")
+    values = [float(v) for v in worst["ndcg@10"]]
+    heights = [max(0.0, values[0])] if values else []
+    for value in values[1:]:
+        heights.append(max(value, heights[-1] + gap))
+    top = 1.0
+    for index in reversed(range(len(heights))):  # push down what the spread pushed past the top
+        heights[index] = top = min(heights[index], top)
+        top -= gap
+    return list(zip(worst["query_id"].astype(str), values, heights, strict=True))
 
 
 def _top_score_histogram(axes: plt.Axes, results: pd.DataFrame) -> None:
@@ -80,6 +104,7 @@ def _top_score_histogram(axes: plt.Axes, results: pd.DataFrame) -> None:
         axes.hist(scores, bins=20, range=(0, 1), alpha=0.6, label=f"{label} ({len(scores)})")
     axes.set_title("Top normalized score (pick reference_threshold where the bars separate)")
     axes.set_xlabel("normalized score of the top evidence block")
+    axes.set_ylabel("queries")
     axes.legend()
 
 
@@ -94,6 +119,7 @@ def _latency_histogram(axes: plt.Axes, results: pd.DataFrame) -> None:
     axes.hist(results["latency_ms"], bins=30)
     axes.set_title("Per-query DAG time (the batched query embedding excluded)")
     axes.set_xlabel("ms")
+    axes.set_ylabel("queries")
 
 
 def _depth_note(metrics: dict[str, Any]) -> list[str]:
