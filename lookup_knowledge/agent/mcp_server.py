@@ -16,13 +16,29 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import sys
+from collections.abc import AsyncIterable, AsyncIterator
 from importlib.metadata import version
-from typing import Annotated
+from io import TextIOWrapper
+from typing import Annotated, Any
 
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
-from mcp.types import CallToolResult, TextContent
-from pydantic import ConfigDict, Field
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp.types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    ErrorData,
+    JSONRPCError,
+    TextContent,
+    jsonrpc_message_adapter,
+)
+from pydantic import ConfigDict, Field, ValidationError
 
 from lookup_knowledge.adapters.search import first_line
 from lookup_knowledge.agent.lookup import (
@@ -83,11 +99,99 @@ def serve_stdio(config: Config) -> None:
 
     A server store that is down serves anyway: each call answers ``retrieval_failed`` within
     ``store.timeout_s`` until the store is back. The query model loads before serving, so the
-    first call is bounded like the others.
+    first call is bounded like the others. Every frame gets an answer (:func:`read_frame`).
     """
     with AgentLookup.from_config(config, require_store=False) as agent:
         _load_model(agent)
-        build_server(agent).run("stdio")
+        anyio.run(serve_frames, build_server(agent))
+
+
+async def serve_frames(server: MCPServer) -> None:
+    """Run ``server`` on stdio, reading the frames itself: the SDK's reader drops a frame it
+    cannot parse without a reply, so its client would wait its full timeout."""
+    lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs, on our read stream
+    frames, received = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    lines = anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+    async with stdio_server(stdin=_no_lines()) as (_, write_stream), anyio.create_task_group() as tasks:
+        tasks.start_soon(_read_frames, lines, frames, write_stream)
+        await lowlevel.run(received, write_stream, lowlevel.create_initialization_options())
+        tasks.cancel_scope.cancel()
+
+
+async def _no_lines() -> AsyncIterator[str]:
+    """The SDK transport's own input: none (it only writes; :func:`_read_frames` reads)."""
+    return
+    yield
+
+
+async def _read_frames(
+    lines: AsyncIterable[str], frames: MemoryObjectSendStream[SessionMessage | Exception], replies: Any
+) -> None:
+    """Each line to the server as a message, or answered here with a JSON-RPC error."""
+    async with frames:
+        async for line in lines:
+            frame = read_frame(line)
+            if isinstance(frame, JSONRPCError):
+                await replies.send(SessionMessage(frame))
+            elif frame is not None:
+                await frames.send(frame)
+
+
+def read_frame(line: str) -> SessionMessage | JSONRPCError | None:
+    """One stdio line as a message, or the JSON-RPC error that answers it (``None``: a blank line).
+
+    Beyond what the SDK parses: a string with a lone surrogate escape (``"\\ud800"``) reaches
+    the tool, which refuses it as ``invalid_input``; JSON that is not a JSON-RPC message gets an
+    Invalid Request error, and text that is not JSON (or nests too deeply to parse) a Parse
+    error, both with the frame's ``id`` when it can be found.
+    """
+    if not line.strip():
+        return None
+    try:
+        return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValidationError:
+        pass
+    try:
+        data = json.loads(line)  # unlike the SDK's parser, takes lone surrogate escapes
+    except RecursionError:
+        return _error(_top_level_id(line), PARSE_ERROR, "Parse error: the frame nests too deeply")
+    except ValueError:
+        return _error(_top_level_id(line), PARSE_ERROR, "Parse error: the frame is not valid JSON")
+    try:
+        return SessionMessage(jsonrpc_message_adapter.validate_python(data, by_name=False))
+    except (ValidationError, RecursionError):
+        message = "Invalid Request: not a JSON-RPC 2.0 request, notification or response"
+        return _error(_valid_id(data.get("id") if isinstance(data, dict) else None), INVALID_REQUEST, message)
+
+
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]')  # JSON strings and brackets, in order
+
+
+def _top_level_id(line: str) -> int | str | None:
+    """The ``id`` member of the frame's outermost object, found without parsing the rest."""
+    depth = 0
+    for token in _TOKENS.finditer(line):
+        text = token.group()
+        if text in ("{", "["):
+            depth += 1
+        elif text in ("}", "]"):
+            depth -= 1
+        elif depth == 1 and text == '"id"':
+            rest = line[token.end() :].lstrip()
+            if rest.startswith(":"):
+                try:
+                    return _valid_id(json.JSONDecoder().raw_decode(rest[1:].lstrip())[0])
+                except ValueError:
+                    return None
+    return None
+
+
+def _valid_id(value: Any) -> int | str | None:
+    return value if isinstance(value, int | str) and not isinstance(value, bool) else None
+
+
+def _error(frame_id: int | str | None, code: int, message: str) -> JSONRPCError:
+    return JSONRPCError(jsonrpc="2.0", id=frame_id, error=ErrorData(code=code, message=message))
 
 
 def _load_model(agent: AgentLookup) -> None:
