@@ -41,7 +41,10 @@ from lookup_knowledge.pipeline import FINAL_NODE
 from lookup_knowledge.stores import build_embedder
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
-SEARCH_NODES = {"l1_searches"}  # the filtered + unfiltered batch, or the one search
+SEARCH_NODES = {
+    "l1_answers",
+    "unfiltered_hits",
+}  # the store round trips: the batch (or the one search), a threshold retry
 POSTPROCESSING_NODES = {
     "candidates_df", "deduped_df", "reranked_df", "evidence_blocks", "context_pack",
 }  # fmt: skip

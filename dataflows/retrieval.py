@@ -153,59 +153,77 @@ def _is_usable(hit: SearchHit, min_evidence_score: float) -> bool:
     return (hit.normalized_score >= min_evidence_score or bool(hit.exact_codes)) and bool(hit.content.strip())
 
 
-def _attempt(
-    request: SearchRequest, hits: list[SearchHit] | None, error: str | None, min_evidence_score: float
-) -> SearchAttempt:
+@dataclass(frozen=True, slots=True)
+class SearchAnswer:
+    """What the store answered to one request: its hits, or the error it raised."""
+
+    hits: list[SearchHit] | None = None
+    error: str | None = None
+
+
+def _attempt(request: SearchRequest, answer: SearchAnswer, min_evidence_score: float) -> SearchAttempt:
     kind: AttemptKind = "filtered" if request.category is not None else "unfiltered"
-    if hits is None:
-        return SearchAttempt(kind, request.category, request.top_k, error=error)
-    usable = [hit for hit in hits if _is_usable(hit, min_evidence_score)]
-    return SearchAttempt(kind, request.category, request.top_k, hits, usable)
+    if answer.hits is None:
+        return SearchAttempt(kind, request.category, request.top_k, error=answer.error)
+    usable = [hit for hit in answer.hits if _is_usable(hit, min_evidence_score)]
+    return SearchAttempt(kind, request.category, request.top_k, answer.hits, usable)
 
 
 def _error(exc: Exception) -> str:
     return mask_secrets(f"{type(exc).__name__}: {exc}")
 
 
-def _search_one(
-    request: SearchRequest, search_port: KnowledgeSearchPort, min_evidence_score: float
-) -> SearchAttempt:
+def _ask_one(request: SearchRequest, search_port: KnowledgeSearchPort) -> SearchAnswer:
     try:
-        hits = search_port.search(request)
+        return SearchAnswer(search_port.search(request))
     except Exception as exc:  # any backend failure is traced and answered by the fallback
-        return _attempt(request, None, _error(exc), min_evidence_score)
-    return _attempt(request, hits, None, min_evidence_score)
+        return SearchAnswer(error=_error(exc))
 
 
 @config.when_not(l1_enabled=False)
-def l1_searches(
+def l1_requests(
     search_request: SearchRequest,
     category_filter: str | None,
-    search_port: KnowledgeSearchPort,
-    min_evidence_score: float,
-    fallback_enabled: bool = True,
-) -> list[SearchAttempt]:
-    """The L1 searches: with a filter (and the fallback on) the filtered search and its
-    unfiltered companion as one batched request; else the one search.
+    fallback_policy: FallbackPolicy,
+    fallback_enabled: bool,
+) -> list[SearchRequest]:
+    """What to ask the store first: the search under the category filter (none without one) and,
+    under the ``relative`` rule, its unfiltered companion, to go as one batch. Under the
+    ``threshold`` rule the unfiltered search is only a retry (``unfiltered_hits``)."""
+    filtered = replace(search_request, category=category_filter)
+    if category_filter is None or not fallback_enabled or fallback_policy.rule == "threshold":
+        return [filtered]
+    return [filtered, replace(search_request, category=None)]
+
+
+@config.when_not(l1_enabled=False)
+def l1_answers(l1_requests: list[SearchRequest], search_port: KnowledgeSearchPort) -> list[SearchAnswer]:
+    """The store's answer to each request: several as one batch.
 
     When the batch raises, the searches are retried alone to find the one that fails: first the
     unfiltered one (when it works, the filtered search carries the batch's error), then, only if
     that fails too, the filtered one.
     """
-    filtered = replace(search_request, category=category_filter)
-    if category_filter is None or not fallback_enabled:
-        return [_search_one(filtered, search_port, min_evidence_score)]
-    unfiltered = replace(search_request, category=None)
+    if len(l1_requests) == 1:
+        return [_ask_one(l1_requests[0], search_port)]
+    filtered, unfiltered = l1_requests
     try:
-        filtered_found, unfiltered_found = search_port.search_batch([filtered, unfiltered])
+        return [SearchAnswer(hits) for hits in search_port.search_batch(l1_requests)]
     except Exception as exc:
-        alone = _search_one(unfiltered, search_port, min_evidence_score)
+        alone = _ask_one(unfiltered, search_port)
         if alone.error is None:
-            return [_attempt(filtered, None, _error(exc), min_evidence_score), alone]
-        return [_search_one(filtered, search_port, min_evidence_score), alone]
+            return [SearchAnswer(error=_error(exc)), alone]
+        return [_ask_one(filtered, search_port), alone]
+
+
+@config.when_not(l1_enabled=False)
+def l1_searches(
+    l1_requests: list[SearchRequest], l1_answers: list[SearchAnswer], min_evidence_score: float
+) -> list[SearchAttempt]:
+    """Each request with its answer, and the hits usable as evidence."""
     return [
-        _attempt(filtered, filtered_found, None, min_evidence_score),
-        _attempt(unfiltered, unfiltered_found, None, min_evidence_score),
+        _attempt(request, answer, min_evidence_score)
+        for request, answer in zip(l1_requests, l1_answers, strict=True)
     ]
 
 
@@ -215,10 +233,40 @@ def filtered_hits(l1_searches: list[SearchAttempt]) -> SearchAttempt:
     return l1_searches[0]
 
 
+def _threshold_verdict(
+    filtered: SearchAttempt, policy: FallbackPolicy
+) -> tuple[DecisionRule, FallbackReason | None]:
+    """The ``threshold`` rule on the filtered search alone: keep it, or why to retry unfiltered."""
+    if filtered.error is not None:
+        return "filtered_search_failed", "filtered_vector_error"
+    if not filtered.usable:
+        return "filtered_search_empty", "filtered_vector_no_evidence"
+    if (filtered.top_normalized_score or 0.0) < policy.reference_threshold:
+        return "filtered_top_below_threshold", "filtered_vector_low_quality"
+    return "filtered_top_at_threshold", None
+
+
 @config.when_not(l1_enabled=False)
-def unfiltered_hits(l1_searches: list[SearchAttempt]) -> SearchAttempt | None:
-    """The unfiltered companion of a filtered search, from the same batch; ``None`` without one."""
-    return l1_searches[1] if len(l1_searches) > 1 else None
+def unfiltered_hits(
+    l1_searches: list[SearchAttempt],
+    l1_requests: list[SearchRequest],
+    fallback_policy: FallbackPolicy,
+    fallback_enabled: bool,
+    search_port: KnowledgeSearchPort,
+    min_evidence_score: float,
+) -> SearchAttempt | None:
+    """The unfiltered search of a filtered lookup: the companion from the same batch
+    (``relative``), or, under ``threshold``, the retry, run only when the filtered search fails
+    that rule; ``None`` when none ran."""
+    if len(l1_searches) > 1:
+        return l1_searches[1]
+    filtered = l1_searches[0]
+    if filtered.kind == "unfiltered" or not fallback_enabled or fallback_policy.rule != "threshold":
+        return None
+    if _threshold_verdict(filtered, fallback_policy)[1] is None:
+        return None
+    retry = replace(l1_requests[0], category=None)
+    return _attempt(retry, _ask_one(retry, search_port), min_evidence_score)
 
 
 def _overlap(filtered: list[SearchHit], unfiltered: list[SearchHit]) -> float | None:
@@ -254,7 +302,10 @@ def _decision_values(filtered: SearchAttempt, unfiltered: SearchAttempt | None) 
 
 @config.when_not(l1_enabled=False)
 def fallback_decision(
-    filtered_hits: SearchAttempt, unfiltered_hits: SearchAttempt | None, fallback_policy: FallbackPolicy
+    filtered_hits: SearchAttempt,
+    unfiltered_hits: SearchAttempt | None,
+    fallback_policy: FallbackPolicy,
+    fallback_enabled: bool,
 ) -> FallbackDecision:
     """Keep the filtered hits, or use the unfiltered ones, and say why (SPEC reasons)."""
     policy = fallback_policy
@@ -265,8 +316,10 @@ def fallback_decision(
 
     if filtered_hits.kind == "unfiltered":
         return decide("unfiltered", "no_filter")
-    if unfiltered_hits is None:
+    if not fallback_enabled:
         return decide("filtered", "fallback_disabled")
+    if unfiltered_hits is None:  # threshold: the filtered search met the rule, no retry ran
+        return decide("filtered", *_threshold_verdict(filtered_hits, policy))
     if filtered_hits.error is not None:
         return decide("unfiltered", "filtered_search_failed", "filtered_vector_error")
     if not filtered_hits.usable:
@@ -274,9 +327,7 @@ def fallback_decision(
     if unfiltered_hits.error is not None or not unfiltered_hits.usable:
         return decide("filtered", "unfiltered_search_unusable")
     if policy.rule == "threshold":
-        if (values.filtered_top or 0.0) >= policy.reference_threshold:
-            return decide("filtered", "filtered_top_at_threshold")
-        return decide("unfiltered", "filtered_top_below_threshold", "filtered_vector_low_quality")
+        return decide("unfiltered", *_threshold_verdict(filtered_hits, policy))
     if (values.score_ratio or 0.0) < policy.score_ratio:
         return decide("unfiltered", "filter_lost", "filtered_vector_low_quality")
     if values.sparse_score_ratio is not None and values.sparse_score_ratio < policy.sparse_score_ratio:

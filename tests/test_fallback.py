@@ -69,6 +69,12 @@ SCENARIOS = {
     "threshold_rule_low_quality": Scenario(
         REFUND_QUERY, {"retrieval__fallback_rule": "threshold", "retrieval__reference_threshold": 0.99}, {}
     ),
+    "threshold_rule_filter_holds": Scenario(
+        REFUND_QUERY, {"retrieval__fallback_rule": "threshold", "retrieval__reference_threshold": 0.3}, {}
+    ),
+    "threshold_rule_filtered_error": Scenario(
+        REFUND_QUERY, {"retrieval__fallback_rule": "threshold"}, {"fail_filtered": True}
+    ),
     "nothing_usable": Scenario(REFUND_QUERY, {"retrieval__min_evidence_score": 0.99}, {}),
     "filtered_error_then_nothing_usable": Scenario(
         REFUND_QUERY, {"retrieval__min_evidence_score": 0.99}, {"fail_filtered": True}
@@ -318,7 +324,7 @@ def _searched(category: str | None, cosine: float, bm25: float | None) -> Search
 )
 def test_decision_reads_the_bm25_tops_next_to_the_cosines(filtered, unfiltered, fired, sparse_ratio):
     made = fallback_decision(
-        _searched("payments", *filtered), _searched(None, *unfiltered), FallbackPolicy(score_ratio=0.75)
+        _searched("payments", *filtered), _searched(None, *unfiltered), FallbackPolicy(score_ratio=0.75), True
     )
     assert made.rule == fired
     assert made.use == ("filtered" if fired == "filter_holds_up" else "unfiltered")
@@ -400,6 +406,27 @@ def test_threshold_rule_reads_the_reference_threshold(run):
     assert d["settings"] == {"referenceThreshold": 0.99}
     assert r.trace["fallbackReason"] == "filtered_vector_low_quality"
     assert d["filteredTop"] < 0.99
+
+
+def test_threshold_rule_runs_the_unfiltered_search_only_as_a_retry(run):
+    """SPEC 4: under ``threshold`` a filtered search that meets the rule is the only search."""
+    held = run("threshold_rule_filter_holds")
+    d = decision(held)
+    assert (d["fired"], d["used"]) == ("filtered_top_at_threshold", "filtered")
+    assert [[q.category for q in trip] for trip in held.port.round_trips] == [["payments"]]
+    assert [(a["kind"], a["used"]) for a in held.attempts] == [("filtered", True)]
+    assert d["unfilteredTop"] is None and d["filteredTop"] >= 0.3
+    retried = run("threshold_rule_low_quality")  # below the threshold: then, and only then, the retry
+    assert [[q.category for q in trip] for trip in retried.port.round_trips] == [["payments"], [None]]
+    assert [(a["kind"], a["used"]) for a in retried.attempts] == [("filtered", False), ("unfiltered", True)]
+
+
+def test_threshold_rule_retries_a_failed_filtered_search(run):
+    r = run("threshold_rule_filtered_error")
+    assert decision(r)["fired"] == "filtered_search_failed"
+    assert r.trace["fallbackReason"] == "filtered_vector_error"
+    assert [[q.category for q in trip] for trip in r.port.round_trips] == [["payments"], [None]]
+    assert r.json["found"] is True
 
 
 def test_both_attempts_without_usable_evidence_is_no_evidence(run):
@@ -506,7 +533,8 @@ def test_never_more_than_two_searches_and_one_set_of_hits_used(run, name):
     r = run(name)
     assert len(r.attempts) <= 2
     if not any(a["error"] for a in r.attempts):  # only a failed batch is searched again, alone
-        assert len(r.port.round_trips) == min(1, len(r.attempts)) and len(r.port.calls) == len(r.attempts)
+        trips = len(r.attempts) if "threshold" in name else min(1, len(r.attempts))  # a retry: a trip
+        assert len(r.port.round_trips) == trips and len(r.port.calls) == len(r.attempts)
     assert sum(a["used"] for a in r.attempts) == (1 if r.attempts else 0)
     reason = r.trace["fallbackReason"]
     if reason is not None:
