@@ -42,3 +42,11 @@ def test_info_prints_a_readable_summary(sample_store: Path) -> None:
     for label in ("model", "device", "query backend", "document backend", "documents / chunks"):
         assert label in result.stdout
     assert "configuration in force:" in result.stdout and "reference_threshold" in result.stdout
+
+
+def test_info_shows_the_widths_in_force_not_null(tmp_path: Path) -> None:
+    store = f"store.path={tmp_path / 'none'}"
+    defaults = info("--set", store, "--set", "embedder.backend=torch")["config"]["retrieval"]
+    assert (defaults["retrieve_k"], defaults["return_n"]) == (20, 5)
+    legacy = info("--set", store, "--set", "embedder.backend=torch", "--set", "retrieval.top_k=8")
+    assert (legacy["config"]["retrieval"]["retrieve_k"], legacy["config"]["retrieval"]["return_n"]) == (8, 8)

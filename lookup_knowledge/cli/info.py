@@ -22,7 +22,7 @@ def describe(config: Config) -> dict[str, Any]:
     paths: tuple[EncodePath, ...] = ("query", "document")
     encoders = {path: embedder.encoder(path) for path in paths}
     return {
-        "config": _masked(config.model_dump(mode="json")),
+        "config": _masked(_effective(config)),
         "embedder": {
             "model": config.embedder.model,
             "device": embedder.device,
@@ -31,6 +31,17 @@ def describe(config: Config) -> dict[str, Any]:
         },
         "store": _store_facts(config, embedder.dimension),
     }
+
+
+def _effective(config: Config) -> dict[str, Any]:
+    """The configuration dump with the widths the lookup really uses (``retrieve_k`` and
+    ``return_n`` resolved from ``top_k`` and the defaults, never ``null``)."""
+    dump = config.model_dump(mode="json")
+    dump["retrieval"] |= {
+        "retrieve_k": config.retrieval.effective_retrieve_k,
+        "return_n": config.retrieval.effective_return_n,
+    }
+    return dump
 
 
 def _masked(value: Any) -> Any:
