@@ -85,7 +85,9 @@ def ingest_command(
 
 
 def _print_ingest_report(report: IngestReport) -> None:
-    table = Table(title=f"Ingested {report.source}", show_header=False)
+    from lookup_knowledge.cli.display import markup_safe  # file names may hold terminal escapes
+
+    table = Table(title=f"Ingested {markup_safe(str(report.source))}", show_header=False)
     for label, value in [
         ("documents", report.documents),
         ("new / updated / unchanged", f"{report.new} / {report.updated} / {report.unchanged}"),
@@ -98,7 +100,7 @@ def _print_ingest_report(report: IngestReport) -> None:
         table.add_row(label, str(value))
     console.print(table)
     for skipped in report.skipped:
-        line = f"[yellow]skipped[/] {escape(skipped.path)}: {escape(skipped.reason)}"
+        line = f"[yellow]skipped[/] {markup_safe(str(skipped.path))}: {markup_safe(skipped.reason)}"
         console.print(line, highlight=False, soft_wrap=True)
 
 

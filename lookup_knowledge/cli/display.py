@@ -1,70 +1,123 @@
-"""Readable terminal rendering of a :class:`LookupResult` (rich)."""
+"""Readable terminal rendering of a :class:`LookupResult` (rich).
+
+Everything printed from document data (file names, titles, frontmatter terms, content) goes
+through :func:`visible`: a knowledge folder must not be able to drive the user's terminal.
+"""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lookup_knowledge.contract import FallbackDecisionTrace, LookupResult
+from lookup_knowledge.contract import EvidenceBlock, FallbackDecisionTrace, LookupResult
+
+_CONTROLS = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)] if chr(code) not in "\n\t"}
+_BIDI = {code: f"\\u{code:04x}" for code in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+_ESCAPES = str.maketrans({**_CONTROLS, **_BIDI})  # C0/C1 controls (ESC, BEL, CR...), bidi overrides
+_RANK_REASON = re.compile(r"^(?:vector:(dense|sparse) rank|fused rank) (\d+)")
+_SIGNAL_NAMES = {"dense": "dense", "sparse": "bm25", None: "fused"}
+
+
+def visible(text: str) -> str:
+    """``text`` with terminal control characters shown as escapes (``\\x1b``), newlines kept."""
+    return text.translate(_ESCAPES)
+
+
+def markup_safe(text: str) -> str:
+    """``text`` safe to embed in rich markup: no control characters, no markup tags."""
+    return escape(visible(text))
+
+
+def terse_reasons(hit_reasons: list[str]) -> str:
+    """Hit reasons in a few words: each search's rank, exact codes, and the L0 hint kinds matched
+    (``dense 1, bm25 4, fused 1; L0 domain, keyword x2``); the full list is in ``--json``."""
+    ranks, hints = [], Counter()
+    for reason in hit_reasons:
+        if match := _RANK_REASON.match(reason):
+            ranks.append(f"{_SIGNAL_NAMES[match[1]]} {match[2]}")
+        elif reason.startswith("exact_code:"):
+            ranks.append(f"code {reason.removeprefix('exact_code:')}")
+        elif reason.startswith("l0_"):
+            hints[reason.removeprefix("l0_").partition(":")[0]] += 1
+        elif not reason.startswith("vector:"):  # vector:<search> is the same for every block
+            ranks.append(reason)
+    l0 = ", ".join(kind if n == 1 else f"{kind} x{n}" for kind, n in hints.items())
+    return "; ".join(part for part in (", ".join(ranks), f"L0 {l0}" if l0 else "") if part)
 
 
 def print_result(console: Console, result: LookupResult) -> None:
-    """Evidence table, fallback decision and packed context."""
+    """Decision lines, the evidence table and the packed context."""
     style = "green" if result.found else "yellow"
-    console.print(f"[bold {style}]{result.evidence_status}[/] {escape(result.message)}", highlight=False)
-    trace = result.retrieval_trace
-    if trace is not None:
-        hints = trace.l0_hints
-        console.print(
-            escape(
-                f"L0 hints: domains={hints.domains} keywords={hints.matched_keywords} "
-                f"entities={hints.entities} titles={hints.matched_titles}"
-            ),
-            highlight=False,
-        )
-        for attempt in trace.attempts:
-            top = "-" if attempt.top_normalized_score is None else f"{attempt.top_normalized_score:.3f}"
-            error = f" error={attempt.error}" if attempt.error else ""
-            console.print(
-                f"attempt {attempt.kind}{' (used)' if attempt.used else ''}: filter={attempt.filter} "
-                f"hits={attempt.hit_count} "
-                f"usable={attempt.usable_count} top={top}{error}",
-                highlight=False,
-            )
-        console.print(
-            f"fallback: {trace.fallback_reason or 'none (no retry)'}; layer {trace.retrieval_layer}",
-            highlight=False,
-        )
-        if (decision := trace.fallback_decision) is not None and decision.score_ratio is not None:
-            console.print(
-                f"decision: {decision.fired} ({decision.rule} rule {decision.settings}); used "
-                f"{decision.used}; top filtered/unfiltered {decision.filtered_top:.3f}/"
-                f"{decision.unfiltered_top:.3f} = {decision.score_ratio:.3f}{_bm25_tops(decision)}; "
-                f"overlap {decision.overlap:.2f}",
-                highlight=False,
-            )
+    console.print(f"[bold {style}]{result.evidence_status}[/] {markup_safe(result.message)}", highlight=False)
+    _print_trace(console, result)
     if not result.evidence_blocks:
         return
-    table = Table(title="Evidence")
-    for column in ("#", "evidence key", "source", "score", "rerank", "hit reasons"):
-        table.add_column(column, overflow="fold")
-    for block in result.evidence_blocks:
-        table.add_row(
-            str(block.rank),
-            escape(block.evidence_key),
-            escape(block.source or ""),
-            f"{block.normalized_score:.3f}",
-            f"{block.rerank_score:.3f}",
-            escape(", ".join(block.hit_reasons)),
-        )
-    console.print(table)
+    console.print(evidence_table(result.evidence_blocks))
+    console.print(
+        "[dim]matched: each search's rank, the L0 hints matched (--json: every hit reason)[/]",
+        highlight=False,
+    )
     if result.context_pack is not None:
         summary = result.context_pack.summary
         title = f"Context pack ({summary.chars_used}/{summary.budget_chars} chars)"
-        console.print(Panel(Text(result.context_pack.text), title=title), highlight=False)
+        console.print(Panel(Text(visible(result.context_pack.text)), title=title), highlight=False)
+
+
+def evidence_table(blocks: list[EvidenceBlock]) -> Table:
+    """One row per block, three lines at most at 80 columns: the evidence key, the source where
+    the key does not name it, and the terse hit reasons under it; the scores beside."""
+    table = Table(title="Evidence", box=box.SIMPLE_HEAD)
+    table.add_column("#", no_wrap=True)
+    table.add_column("evidence key / source / matched", overflow="fold")
+    table.add_column("score", no_wrap=True)
+    table.add_column("rerank", no_wrap=True)
+    for block in blocks:
+        cell = Text(visible(block.evidence_key))
+        if block.source and not block.evidence_key.startswith(block.source):
+            cell.append(f"\n{visible(block.source)}", style="dim")
+        if reasons := terse_reasons(block.hit_reasons):
+            cell.append(f"\n{visible(reasons)}", style="italic")
+        table.add_row(str(block.rank), cell, f"{block.normalized_score:.3f}", f"{block.rerank_score:.3f}")
+    return table
+
+
+def _print_trace(console: Console, result: LookupResult) -> None:
+    trace = result.retrieval_trace
+    if trace is None:
+        return
+    hints = trace.l0_hints
+    hint_line = (
+        f"L0 hints: domains={hints.domains} keywords={hints.matched_keywords} "
+        f"entities={hints.entities} titles={hints.matched_titles}"
+    )
+    console.print(markup_safe(hint_line), highlight=False)
+    for attempt in trace.attempts:
+        top = "-" if attempt.top_normalized_score is None else f"{attempt.top_normalized_score:.3f}"
+        error = f" error={attempt.error}" if attempt.error else ""
+        line = (
+            f"attempt {attempt.kind}{' (used)' if attempt.used else ''}: filter={attempt.filter} "
+            f"hits={attempt.hit_count} usable={attempt.usable_count} top={top}{error}"
+        )
+        console.print(markup_safe(line), highlight=False)
+    console.print(
+        f"fallback: {trace.fallback_reason or 'none (no retry)'}; layer {trace.retrieval_layer}",
+        highlight=False,
+    )
+    if (decision := trace.fallback_decision) is not None and decision.score_ratio is not None:
+        console.print(
+            f"decision: {decision.fired} ({decision.rule} rule {decision.settings}); used "
+            f"{decision.used}; top filtered/unfiltered {decision.filtered_top:.3f}/"
+            f"{decision.unfiltered_top:.3f} = {decision.score_ratio:.3f}{_bm25_tops(decision)}; "
+            f"overlap {decision.overlap:.2f}",
+            highlight=False,
+        )
 
 
 def _bm25_tops(decision: FallbackDecisionTrace) -> str:
