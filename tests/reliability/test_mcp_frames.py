@@ -36,11 +36,9 @@ def _call(frame_id: int, query: str) -> str:
 class RawServer:
     """A ``lookup-knowledge mcp`` process spoken to in raw lines; replies collected by id."""
 
-    def __init__(self, store: Path) -> None:
-        command = [str(LOOKUP_KNOWLEDGE), "mcp", "--set", f"store.path={store}"]
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-        )
+    def __init__(self, store: Path, *extra: str, stderr: Any = subprocess.DEVNULL) -> None:
+        command = [str(LOOKUP_KNOWLEDGE), "mcp", "--set", f"store.path={store}", *extra]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
         self._lines: queue.Queue[bytes] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
