@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,8 +81,17 @@ def test_description_tells_the_agent_how_to_read_the_result() -> None:
         "outage",
         "l0Hints",
         "never facts",
+        "<docId>#chunk-<n>",
     ):
         assert phrase in TOOL_DESCRIPTION
+
+
+def test_the_description_names_no_document_of_the_sample_knowledge_base() -> None:
+    """The same text describes whatever store is served: no sample key or topic in it."""
+    sample = Path(__file__).resolve().parents[1] / "lookup_knowledge" / "sample-kb"
+    words = re.findall(r"[\w-]+#chunk-\d+|runbooks|payments|refund", TOOL_DESCRIPTION)
+    assert words == []
+    assert not any(path.stem in TOOL_DESCRIPTION for path in sample.rglob("*.md"))
 
 
 def test_openai_and_anthropic_shapes() -> None:
@@ -300,3 +310,15 @@ def test_cli_query_records_unless_no_record(store_config: Config) -> None:
     shown = runner.invoke(app, ["invocations", "show", str(status["id"]), "--set", store])
     assert shown.exit_code == 0, shown.output
     assert KAFKA_QUERY in shown.stdout and "evidenceDomains" in shown.stdout
+
+
+def test_cli_query_without_a_session_is_recorded_under_a_session_of_its_own(store_config: Config) -> None:
+    runner = CliRunner()
+    store = f"store.path={store_config.store.path}"
+    for _ in range(2):
+        done = runner.invoke(app, ["query", KAFKA_QUERY, "--set", store, "--json"])
+        assert done.exit_code == 0, done.output
+    rows = InvocationRecorder(invocation_db_url(store_config)).list(last=2)
+    sessions = [row.session_id for row in rows]
+    assert all(session and session.startswith("cli-") for session in sessions)
+    assert len(set(sessions)) == 2

@@ -36,12 +36,12 @@ logger = logging.getLogger(__name__)
 TOOL_NAME = "lookup_knowledge"
 
 TOOL_DESCRIPTION = """\
-Search the knowledge base (runbooks, product docs, policies) for evidence that answers a question. \
+Search the knowledge base for evidence that answers a question. \
 Call it whenever an answer depends on internal knowledge; it returns JSON.
 - evidenceStatus "evidence" (found=true): answer from `evidenceBlocks` (or the ready-to-read \
-`contextPack.text`) and cite every fact with the `evidenceKey` of its block, e.g. \
-[payments-refund-policy#chunk-2]. `relevanceLevel` says how well the evidence matches and \
-`completenessHint` whether more evidence qualified than was returned.
+`contextPack.text`) and cite every fact with the `evidenceKey` of its block in square brackets, \
+exactly as returned (keys have the form `<docId>#chunk-<n>`). `relevanceLevel` says how well \
+the evidence matches and `completenessHint` whether more evidence qualified than was returned.
 - "no_evidence": the knowledge base has nothing on this. Say so; do not answer from memory as \
 if it were documented. You may retry once with different wording.
 - "retrieval_failed": the knowledge service had an outage. This says nothing about whether the \

@@ -19,7 +19,7 @@ from lookup_knowledge.adapters.corpus import CorpusError
 from lookup_knowledge.adapters.embedder import EmbedderError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.adapters.search import StoreError
-from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, invocation_row
+from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, invocation_row, new_session_id
 from lookup_knowledge.agent.tool import failure_result, query_problem, session_key
 from lookup_knowledge.cli.display import print_result
 from lookup_knowledge.cli.eval import register as register_eval_commands
@@ -118,13 +118,16 @@ def query_command(
         Path | None,
         typer.Option("--explain", help="Draw the executed DAG path to FILE (.png, .svg or .dot)."),
     ] = None,
-    session: Annotated[str | None, typer.Option("--session", help="Session id.")] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="Session id (default: a new one, cli-...).")
+    ] = None,
     no_record: Annotated[
         bool, typer.Option("--no-record", help="Do not write this call to the tool_invocation table.")
     ] = False,
 ) -> None:
     """Look up knowledge for a query and print the evidence, the fallback decision and the context."""
     settings = _config(config, overrides)
+    session = session or new_session_id("cli")  # recorded under an id of its own, never blank
     problem = query_problem(text, settings.retrieval.max_query_chars)
     if problem is not None:
         if not no_record:
