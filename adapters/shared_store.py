@@ -4,10 +4,12 @@ Qdrant Edge lets one process hold a shard. A process that finds it held writes a
 request* (``<collection>.handover``: its pid and command) and retries opening until
 ``store.lock_wait_s`` passes (the lock error then names the holder). A process serving lookups
 through :class:`SharedSearchPort` sees the request (a watcher thread looks every 0.1 s), closes
-the shard once its searches in flight finish, and reopens it at its next lookup, waiting the
-same bounded time while the other process holds it. So ``lookup-knowledge ingest`` works while
-``lookup-knowledge mcp`` serves the same store, and the server's next lookup reads what was
-ingested.
+the shard once its searches in flight finish, lets the requester open it first (it waits while
+the request stands), and reopens it at its next lookup, waiting the same bounded time while the
+other process holds it. Which process may open the shard is decided by the store's lock file
+(``QdrantEdgeStore``), never by the engine's own open, which damages a shard held elsewhere.
+So ``lookup-knowledge ingest`` works while ``lookup-knowledge mcp`` serves the same store, and
+the server's next lookup reads what was ingested.
 
 >>> port = SharedSearchPort(lambda: open_store(config, create=False), store_dir, wait_s=10)  # doctest: +SKIP
 """
@@ -137,6 +139,7 @@ class SharedSearchPort(KnowledgeSearchPort):
             self._state.wait_for(lambda: not self._handing_over)
             reopened = False
             if self._store is None:
+                self._yield_to_requester()
                 self._store = open_shared(self._opener, self._path, self._wait_s)
                 reopened = True
             self._in_flight += 1
@@ -144,6 +147,15 @@ class SharedSearchPort(KnowledgeSearchPort):
         if reopened and self._on_reopen is not None:
             self._on_reopen()
         return store
+
+    def _yield_to_requester(self) -> None:
+        """Let the process that asked for the store open it first: while its request stands (it
+        is removed once that process has the store), wait, at most ``wait_s``. Without this a
+        server called back to back reopens at once and the requester, retrying every
+        :data:`POLL_S`, can lose every race until its wait runs out."""
+        deadline = time.monotonic() + self._wait_s
+        while _alive(_read(self._request)) and time.monotonic() < deadline:
+            time.sleep(POLL_S / 10)
 
     def _release(self) -> None:
         with self._state:

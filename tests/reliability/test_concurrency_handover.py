@@ -1,15 +1,18 @@
 """8 threads x 50 recorded calls while the store is handed over again and again.
 
-A handover request stays in place for the first seconds of the run (its requester, this test's
-parent process, is alive), so the serving port closes the store whenever its searches in flight
-finish and reopens it at the next lookup, over and over, under load. Every call must still give the
-answer a sequential call gives, every call is recorded once, and no session's domains mix.
+For the first seconds of the run a handover request is posted and withdrawn again and again (its
+requester, this test's parent process, is alive; withdrawing it is what a requester does once it
+has the store), so the serving port closes the store whenever its searches in flight finish, waits
+while the request stands, and reopens it at the next lookup, over and over, under load. Every call
+must still give the answer a sequential call gives, every call is recorded once, and no session's
+domains mix.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from lookup_knowledge.agent.tool import KnowledgeTool
 
 THREADS, CALLS = 8, 50
 REQUEST_S = 1.5
+ASKED_S = 0.2  # how long each request stands, and the pause before the next
 QUERIES = [
     "Who must approve a refund above 500 EUR?",
     "kafka consumer lag",
@@ -42,18 +46,25 @@ def test_concurrent_calls_through_repeated_handovers(sample_store: Path, embedde
     with AgentLookup(KnowledgeTool(config, embedder=embedder), recorder) as agent:
         expected = {query: keys(agent.call(query, "sequential")) for query in QUERIES}
         request = handover_request(config.store.path / config.store.collection)
-        request.write_text(f"{os.getppid()} pytest parent", encoding="utf-8")
         start = threading.Barrier(THREADS)
 
         def session(thread: int):
             start.wait()
             return [agent.call(query, f"thread-{thread}") for query in sequence]
 
-        withdraw = threading.Timer(REQUEST_S, request.unlink)
-        withdraw.start()
+        def ask_again_and_again() -> None:
+            until = time.monotonic() + REQUEST_S
+            while time.monotonic() < until:
+                request.write_text(f"{os.getppid()} pytest parent", encoding="utf-8")
+                time.sleep(ASKED_S)
+                request.unlink()
+                time.sleep(ASKED_S)
+
+        asking = threading.Thread(target=ask_again_and_again)
+        asking.start()
         with ThreadPoolExecutor(THREADS) as pool:
             results = list(pool.map(session, range(THREADS)))
-        withdraw.join()
+        asking.join()
         handovers = agent.tool.search_port.handovers
         rows = recorder.list(last=10 * THREADS * CALLS)
     assert handovers >= 2
