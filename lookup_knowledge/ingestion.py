@@ -117,10 +117,10 @@ def _sync(
     chunks = {doc.doc_id: chunk_document(doc, config.ingest.chunk_chars) for doc in changed}
     _write(changed, chunks, hashes, store, embedder, progress)
     gone = _prunable(stored, hashes, corpus.skipped) if prune else []
+    _update_l0(config, documents, gone)  # first: the L0 index never lists a document the store lost
     store.delete_documents(gone)
     if changed or gone:
         store.optimize()  # HNSW index and merged segments: search goes from exact scans to ~1 ms
-    _update_l0(config, documents, gone)
     updated = sum(doc.doc_id in stored for doc in changed)
     return IngestReport(
         source="",

@@ -6,9 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
-from lookup_knowledge.adapters.search import KnowledgeSearchPort, KnowledgeStore
+from lookup_knowledge.adapters.search import KnowledgeSearchPort, KnowledgeStore, StoreBackendError
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort, open_shared
 from lookup_knowledge.config import Config
@@ -54,12 +55,41 @@ def open_search_port(
     must start anyway and answer ``retrieval_failed`` until the store is back)."""
     store = config.store
     if store.backend != "edge":
-        port = ReconnectingSearchPort(lambda: open_store(config, create=False), on_reopen)
+        port = ReconnectingSearchPort(lambda: _complete(open_store(config, create=False), config), on_reopen)
         if require_store:
             port.connect()
         return port
     path = store.path / store.collection
-    return SharedSearchPort(lambda: QdrantEdgeStore(path, create=False), path, store.lock_wait_s, on_reopen)
+    return SharedSearchPort(
+        lambda: _complete(QdrantEdgeStore(path, create=False), config), path, store.lock_wait_s, on_reopen
+    )
+
+
+def _complete(store: KnowledgeStore, config: Config) -> KnowledgeStore:
+    """The store opened for lookups, unless it holds fewer chunks than its L0 index lists
+    documents (every document has a chunk, and ingest updates the L0 index before it deletes):
+    its data is missing (segments removed, a collection dropped), which is corruption, not an
+    empty knowledge base."""
+    try:
+        listed = len(L0Index.load(l0_index_path(config)).documents)
+        points = store.count()
+    except BaseException:
+        store.close()
+        raise
+    if points < listed:
+        store.close()
+        raise StoreBackendError(
+            f"the knowledge store {config.store.collection!r} holds {points} chunks while its L0 index "
+            f"lists {listed} documents: its data is missing or damaged; delete the store "
+            f"({_where(config)}) and its L0 index and ingest the knowledge base again"
+        )
+    return store
+
+
+def _where(config: Config) -> str:
+    if config.store.backend == "edge":
+        return str(config.store.path / config.store.collection)
+    return f"the collection {config.store.collection!r}"
 
 
 def l0_index_path(config: Config) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,25 @@ def test_an_unreadable_l0_index_is_one_line_and_retrieval_failed(small_store: Co
     code, _, stderr = run("ingest", str(small_store.store.path.parent / "kb"), "--set", store)
     assert code == 2
     assert stderr.count("\n") == 1 and "L0 index" in stderr
+
+
+def test_removed_segments_are_corruption_not_an_empty_knowledge_base(small_store: Config) -> None:
+    segments = small_store.store.path / small_store.store.collection / "segments"
+    removed = [path for path in segments.iterdir() if path.is_dir()]
+    for segment in removed:
+        shutil.rmtree(segment)
+    store = f"store.path={small_store.store.path}"
+    code, stdout, _ = run("query", "refund within 30 days", "--json", "--no-record", "--set", store)
+    assert removed and code == 1
+    result = json.loads(stdout)
+    assert result["evidenceStatus"] == "retrieval_failed"  # was no_evidence: "nothing usable"
+    message = " ".join(result["message"].split())
+    assert "holds 0 chunks while its L0 index lists 4 documents" in message
+    assert "ingest the knowledge base again" in message
+    code, _, stderr = run("ingest", str(small_store.store.path.parent / "kb"), "--set", store)
+    assert code == 0, stderr  # ingest finds the documents missing and writes them again
+    code, stdout, _ = run("query", "refund within 30 days", "--json", "--no-record", "--set", store)
+    assert code == 0 and json.loads(stdout)["evidenceStatus"] == "evidence"
 
 
 def test_rich_markup_in_user_and_document_text_is_printed_as_text(small_store: Config) -> None:
