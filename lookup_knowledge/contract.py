@@ -207,6 +207,12 @@ class RetrievalTrace(ContractModel):
     relative_evidence_floor: float = 0.0
     evidence_cuts: EvidenceCuts = Field(default_factory=EvidenceCuts)
     executed_nodes: list[NodeTiming] = Field(default_factory=list)
+    cold_start_ms: float | None = Field(
+        None,
+        description="the first call after a warm-up only: what loading the embedding model and one "
+        "unrecorded warm-up lookup took before it (never counted in the nodes' timings or the call's "
+        "latency); None on warm calls",
+    )
     invocation_record: InvocationRecordStatus | None = Field(
         None, description="set by the agent entry points; None for a direct KnowledgeTool.lookup"
     )

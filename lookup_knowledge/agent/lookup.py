@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from lookup_knowledge.adapters.recorder import (
     InvocationRecorder,
     RecorderUnavailableError,
 )
+from lookup_knowledge.adapters.search import first_line
 from lookup_knowledge.agent.tool import KnowledgeTool, plain_string, session_key
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import InvocationRecordStatus, LookupResult, evidence_domains
@@ -122,6 +124,26 @@ class AgentLookup:
     def __init__(self, tool: KnowledgeTool, recorder: InvocationRecorder | None) -> None:
         self.tool = tool
         self.recorder = recorder
+        self._cold_start_ms: float | None = None  # reported by the next call, then cleared
+        self._lock = threading.Lock()
+
+    def warm_up(self) -> float:
+        """Load the query model and run one unrecorded lookup now (a cold start: the model load
+        takes seconds, a first search and a first encode of its shape tens of milliseconds), so
+        that calls measure only themselves; the next call reports the time as
+        ``retrievalTrace.coldStartMs``. A model that fails to load is reported by each call
+        (``retrieval_failed``), not here. Returns the milliseconds it took."""
+        started = time.perf_counter()
+        try:
+            self.tool.embedder.embed_query("warm-up")
+        except Exception as exc:
+            logger.warning("the embedding model did not load: %s", first_line(exc))
+        else:
+            self.tool.lookup("warm-up lookup of the knowledge base")  # never raises
+        cold_start_ms = round((time.perf_counter() - started) * 1000, 3)
+        with self._lock:
+            self._cold_start_ms = cold_start_ms
+        return cold_start_ms
 
     @classmethod
     def from_config(
@@ -143,7 +165,19 @@ class AgentLookup:
         prior_domains = self._recorded_session_domains(session_id)
         started = time.perf_counter()
         result = self.tool.lookup(query, session_id, prior_session_domains=prior_domains)
-        return self._recorded(query, session_id, result, (time.perf_counter() - started) * 1000)
+        latency_ms = (time.perf_counter() - started) * 1000
+        return self._recorded(query, session_id, self._with_cold_start(result), latency_ms)
+
+    def _with_cold_start(self, result: LookupResult) -> LookupResult:
+        """``result`` with the cold start of :meth:`warm_up` in its trace, the first call after it."""
+        if result.retrieval_trace is None:
+            return result
+        with self._lock:
+            load_ms, self._cold_start_ms = self._cold_start_ms, None
+        if load_ms is None:
+            return result
+        trace = result.retrieval_trace.model_copy(update={"cold_start_ms": load_ms})
+        return result.model_copy(update={"retrieval_trace": trace})
 
     def _recorded(
         self, query: Any, session_id: str | None, result: LookupResult, latency_ms: float
@@ -263,6 +297,7 @@ def retrieval_details(result: LookupResult) -> dict[str, Any]:
         "retrievedDomainsThisSession": result.retrieved_domains_this_session,
         "message": result.message,
         "executedNodes": dump(trace, include={"executed_nodes"})["executedNodes"] if trace else [],
+        "coldStartMs": trace.cold_start_ms if trace else None,
     }
 
 

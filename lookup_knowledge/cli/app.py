@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +26,7 @@ from lookup_knowledge.cli.display import print_result
 from lookup_knowledge.cli.eval import register as register_eval_commands
 from lookup_knowledge.cli.info import describe
 from lookup_knowledge.cli.render import GRAPHVIZ_HINT, render_execution, render_variants
+from lookup_knowledge.cli.shell import register as register_shell_command
 from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.extras import MissingExtraError, require
@@ -143,8 +145,16 @@ def query_command(
         _print_lookup(failed, as_json, indent)
         raise typer.Exit(1) from None
     with agent:
+        cold_ms = agent.warm_up()  # a cold start: reported apart from the lookup it precedes
+        started = time.perf_counter()
         result = agent.call(text, session_id=session)
+        took_ms = (time.perf_counter() - started) * 1000
         _print_lookup(result, as_json, indent)
+        if not as_json:
+            _note(
+                f"lookup {took_ms:.0f} ms, after a {cold_ms / 1000:.1f} s cold start (model load, first "
+                "search) that every query command pays; `lookup-knowledge shell` pays it once"
+            )
         if explain is not None:
             _explain(agent, result, text, explain)
     if result.evidence_status == "retrieval_failed":
@@ -369,3 +379,4 @@ def main() -> None:
 
 
 register_eval_commands(app)
+register_shell_command(app)
