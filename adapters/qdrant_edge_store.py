@@ -46,6 +46,15 @@ __all__ = ["QdrantEdgeStore", "StoreUnavailableError"]
 
 _SCROLL_PAGE = 1024
 _UPSERT_BATCH = 512
+_MIB = 1 << 20
+# Free disk space the engine needs: it preallocates its files as sparse files and writes them
+# through memory maps, so on a full disk a write into a hole kills the process by SIGBUS (no
+# error to catch). Measured with qdrant-edge-py 0.9.0: a new store's files are 146 MiB in
+# apparent size (WAL 64 MiB, segments 82 MiB), the 220-chunk sample store's 178 MiB.
+_NEW_STORE_BYTES = 160 * _MIB
+_CHUNK_BYTES = 16 * 1024  # per chunk written: vectors, payload and WAL entry, with room to spare
+_OPTIMIZE_BYTES = 32 * _MIB  # a merged segment's preallocation beyond a copy of the data (sample: 32)
+_SPACE_MARGIN = 16 * _MIB
 
 
 class QdrantEdgeStore(KnowledgeStore):
@@ -60,6 +69,7 @@ class QdrantEdgeStore(KnowledgeStore):
             raise StoreMissingError(f"no knowledge store at {self.path}: ingest first")
         self._lock = self._locked()
         try:
+            self._ensure_space(0 if _has_data(self.path) else _NEW_STORE_BYTES)
             self._shard = self._open(create)
         except BaseException:
             os.close(self._lock)
@@ -90,6 +100,23 @@ class QdrantEdgeStore(KnowledgeStore):
                 f"another process (or elsewhere in this one): {self._held_by()}; close that first"
             ) from None
         return fd
+
+    def _ensure_space(self, extra: int) -> None:
+        """Refuse, with a clear error, to let the engine work on a disk without room for it: the
+        holes in its preallocated files (it may fill them in place), ``extra`` and a margin."""
+        try:
+            disk = os.statvfs(self.path.parent)
+            holes = sum(_hole_bytes(file) for file in self.path.rglob("*"))
+        except OSError:
+            return  # a store that cannot be inspected fails at its open, with the engine's error
+        free, needed = disk.f_bavail * disk.f_frsize, holes + extra + _SPACE_MARGIN
+        if free < needed:
+            raise StoreUnavailableError(
+                f"not enough free disk space for the knowledge store at {self.path}: "
+                f"{free / _MIB:.0f} MiB free, about {needed / _MIB:.0f} MiB needed (the engine writes "
+                "its preallocated files through memory maps, which a full disk would crash); "
+                "free some space and run it again"
+            )
 
     def _open(self, create: bool) -> qe.EdgeShard:
         config = None
@@ -163,6 +190,7 @@ class QdrantEdgeStore(KnowledgeStore):
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):
+            self._ensure_space(len(chunks[start : start + _UPSERT_BATCH]) * _CHUNK_BYTES)
             points = [
                 qe.Point(
                     chunk.point_id,
@@ -214,6 +242,7 @@ class QdrantEdgeStore(KnowledgeStore):
 
     def optimize(self) -> None:
         """Build the HNSW index and merge segments (run after bulk ingestion)."""
+        self._ensure_space(_allocated_bytes(self.path / "segments") + _OPTIMIZE_BYTES)
         with backend_errors("optimize"):
             self._shard.optimize()
 
@@ -244,6 +273,21 @@ class QdrantEdgeStore(KnowledgeStore):
 def lock_file(path: Path) -> Path:
     """The file whose ``flock`` a process holds while it has the store at ``path`` open."""
     return path.with_name(path.name + ".lock")
+
+
+def _hole_bytes(file: Path) -> int:
+    """How much of a file's apparent size has no disk blocks yet (0 for a directory)."""
+    status = file.lstat()
+    if not file.is_file():
+        return 0
+    return max(0, status.st_size - status.st_blocks * 512)
+
+
+def _allocated_bytes(folder: Path) -> int:
+    try:
+        return sum(file.lstat().st_blocks * 512 for file in folder.rglob("*"))
+    except OSError:
+        return 0
 
 
 def _has_data(path: Path) -> bool:

@@ -33,6 +33,7 @@ from lookup_knowledge.adapters.search import (
     KnowledgeStore,
     StoredChunk,
     StoredDocument,
+    StoreUnavailableError,
     evidence_key,
 )
 from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
@@ -291,4 +292,7 @@ def _update_l0(config: Config, documents: list[SourceDocument], gone: list[str])
     index = L0Index.load(path)
     index.upsert(L0Document(d.doc_id, d.title, d.keywords, d.categories, d.entities) for d in documents)
     index.remove(gone)
-    index.save(path)
+    try:
+        index.save(path)
+    except OSError as exc:  # a full disk: the store holds the documents, the next run writes the index
+        raise StoreUnavailableError(f"cannot write the L0 index {path}: {exc.strerror or exc}") from exc
