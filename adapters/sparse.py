@@ -9,7 +9,10 @@ indexed as its characters and their overlapping pairs (unigrams + bigrams, as Lu
 analyzer does), so a Chinese query matches a Chinese chunk by its words. Everything else is
 split into words by the engine's word tokenizer (codes such as ``ERR-4012`` keep their parts,
 which its multilingual tokenizer drops), lowercased, English-stemmed, with English and Chinese
-stopwords removed.
+stopwords removed. An identifier of several parts (``SOME_ENV_VAR``, ``server.http.port``,
+``--dry-run``, ``INV-48213``: see :func:`identifiers`) also counts as one whole token, so a query
+naming it lifts the chunks that hold it whole above those that hold its parts
+(``SOME_ENV_VAR_PROTOCOL``, whose whole token differs).
 
 >>> encoder = Bm25Encoder()
 >>> len(encoder.embed_query("增值税发票").indices)  # 5 characters + 4 pairs
@@ -18,6 +21,7 @@ stopwords removed.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,14 +29,21 @@ from functools import cache
 
 import qdrant_edge as qe
 
-SPARSE_INDEX = "bm25:word+cjk-bigrams:english-stem:en+zh-stopwords"  # in each document's hash
+SPARSE_INDEX = (
+    "bm25:word+cjk-bigrams+whole-identifiers:english-stem:en+zh-stopwords"  # in each document's hash
+)
 MAX_MATCHED_TERMS = 8  # terms listed in a ``vector:sparse`` hit reason
 _CJK_RUN = re.compile(
     "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]+"
 )
 _TERM = re.compile(r"\w+")
-_WORD = re.compile(r"\w+(?:[-./:#]\w+)*")  # a word with its inner separators: INV-48213, orders.v2
-_JOINED = re.compile(r"[^\W_]{2,}(?:[_.][^\W_]{2,})+")  # snake_case and dotted names: max_lag.ms
+# A whole word with its inner separators, a leading ``--`` kept (flags): the unit identifiers are
+# matched in, so ``limit_x`` is not found inside ``memory_limit_x`` nor ``E44`` inside ``E4471``.
+_WHOLE_WORD = re.compile(r"(?:(?<![\w-])--)?\w+(?:[-./:#]\w+)*")
+_SNAKE = re.compile(r"\w*[^\W\d_]\w*_\w+|\w+_\w*[^\W\d_]\w*")  # a "_" and a letter: limit_x, SOME_ENV_VAR
+_DOTTED = re.compile(r"[^\W_]{2,}(?:\.[^\W_]{2,})+")  # server.http.port, not e.g
+_CAMEL = re.compile(r"[a-z][A-Z]")  # a lower-to-upper step inside: baseURL, disableKinds
+_PARTED = re.compile(r"^--|[-_./:#]")  # identifiers the word tokenizer splits into parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,32 +78,25 @@ class Bm25Encoder:
         )
 
     def embed_document(self, text: str) -> SparseVector:
-        return _plain(self._model.embed_document(cjk_spaced(text)))
+        return _plain(self._model.embed_document(_indexed(text)))
 
     def embed_query(self, text: str) -> SparseVector:
-        return _plain(self._model.embed_query(cjk_spaced(text)))
+        return _plain(self._model.embed_query(_indexed(text)))
 
     def query_terms(self, query: str) -> dict[str, int]:
         """The query's terms that are one token each -> its token id, longest first (CJK pairs
-        before single characters), for naming the terms a document matched."""
+        before single characters), for naming the terms a document matched; an identifier of
+        several parts is one term (lowercased), by its whole token."""
         terms = dict.fromkeys(_TERM.findall(cjk_spaced(query).lower()))
-        ids = {term: self._model.embed_query(term).indices for term in sorted(terms, key=len, reverse=True)}
-        return {term: found[0] for term, found in ids.items() if len(found) == 1}
+        ids = {term: self._model.embed_query(term).indices for term in terms}
+        whole = {i.lower(): self._model.embed_query(_whole_token(i)).indices for i in _parted(query)}
+        found = {term: indices[0] for term, indices in {**ids, **whole}.items() if len(indices) == 1}
+        return dict(sorted(found.items(), key=lambda item: len(item[0]), reverse=True))
 
-    def query_codes(self, query: str) -> dict[str, frozenset[int]]:
-        """The query's codes -> the token ids of their parts.
-
-        A code is an identifier a small embedding model blurs: a word of at least three
-        characters holding letters and digits (``E4471``, ``INV-48213``, ``orders.v2.dlq``) or
-        letters joined by ``_`` or ``.`` (``max_poll_records``, ``retrieval.mode``). Plain
-        words, hyphenated words and bare numbers are not codes.
-        """
-        codes = {
-            word: frozenset(self._model.embed_query(word).indices)
-            for word in _WORD.findall(query)
-            if _is_code(word)
-        }
-        return {word: parts for word, parts in codes.items() if parts}
+    @staticmethod
+    def query_codes(query: str) -> list[str]:
+        """The query's codes: its :func:`identifiers`, which a small embedding model blurs."""
+        return identifiers(query)
 
     @staticmethod
     def matched_terms(query_terms: dict[str, int], document_indices: Iterable[int]) -> list[str]:
@@ -106,9 +110,59 @@ class Bm25Encoder:
         return matched[:MAX_MATCHED_TERMS]
 
 
-def _is_code(word: str) -> bool:
+def identifiers(text: str) -> list[str]:
+    """The identifiers in ``text``, as written, in order, each once (case-insensitively).
+
+    An identifier is a whole word (its inner ``-./:#`` kept; a leading ``--`` too) that is a
+    flag (``--dry-run``), or of at least three characters with letters and digits (``E4471``,
+    ``INV-48213``), snake_case or UPPER_CASE with ``_`` (``limit_x``, ``SOME_ENV_VAR``), dotted
+    (``server.http.port``) or camelCase (``baseURL``). Plain and hyphenated words, abbreviations
+    (``e.g``) and bare numbers are not.
+    """
+    found: dict[str, str] = {}
+    for word in _WHOLE_WORD.findall(text):
+        if _is_identifier(word):
+            found.setdefault(word.lower(), word)
+    return list(found.values())
+
+
+def _whole_token(identifier: str) -> str:
+    """One word-tokenizer token standing for the whole identifier (case-insensitive): letters and
+    digits only, so the tokenizer keeps it whole and the stemmer leaves it alone."""
+    digest = hashlib.blake2b(identifier.lower().encode(), digest_size=8).digest()
+    return f"qid{int.from_bytes(digest, 'big')}"
+
+
+def _indexed(text: str) -> str:
+    """``text`` as the engine tokenizes it: CJK runs spaced, each multi-part identifier
+    occurrence followed by its whole token (term frequency kept)."""
+    words = _parted(text)
+    return cjk_spaced(text) + ("\n" + " ".join(map(_whole_token, words)) if words else "")
+
+
+def _parted(text: str) -> list[str]:
+    """Each occurrence of an identifier the word tokenizer splits into parts, in order."""
+    return [w for w in _WHOLE_WORD.findall(text) if _PARTED.search(w) and _is_identifier(w)]
+
+
+def holds_identifier(text: str, identifier: str) -> bool:
+    """Whether ``identifier`` occurs in ``text`` verbatim (case-insensitive) as a whole word, not
+    inside a longer identifier (``limit_x`` is not in ``memory_limit_x``)."""
+    wanted = identifier.lower()
+    return wanted in text.lower() and any(w.lower() == wanted for w in _WHOLE_WORD.findall(text))
+
+
+def _is_identifier(word: str) -> bool:
+    if word.startswith("--"):
+        return len(word) >= 4
     letters, digits = any(c.isalpha() for c in word), any(c.isdigit() for c in word)
-    return len(word) >= 3 and (letters and digits or _JOINED.fullmatch(word) is not None)
+    return len(word) >= 3 and (
+        letters
+        and digits
+        or _SNAKE.fullmatch(word) is not None
+        or _DOTTED.fullmatch(word) is not None
+        or _CAMEL.search(word) is not None
+    )
 
 
 def _plain(vector: qe.SparseVector) -> SparseVector:

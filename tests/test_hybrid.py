@@ -5,6 +5,7 @@ Real MiniLM vectors and Qdrant's own BM25 in every store kind; the adapters must
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from dataflow_fixtures import (
 from qdrant_client import QdrantClient, models
 
 from lookup_knowledge import KnowledgeTool
+from lookup_knowledge.adapters.l0_index import normalize
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import (
@@ -37,7 +39,14 @@ from lookup_knowledge.adapters.search import (
     StoreOutdatedError,
     evidence_key,
 )
-from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS, bm25_encoder, cjk_spaced, sparse_text
+from lookup_knowledge.adapters.sparse import (
+    MAX_MATCHED_TERMS,
+    bm25_encoder,
+    cjk_spaced,
+    holds_identifier,
+    sparse_text,
+)
+from lookup_knowledge.contract import LookupResult
 
 # (doc_id, category, text): "INV-48213" is named by one chunk only; MiniLM ranks the invoice
 # chunk first for it, BM25 the settlement chunk that holds the exact code.
@@ -118,7 +127,7 @@ def test_cjk_runs_are_indexed_as_characters_and_pairs() -> None:
 
 def test_exact_codes_keep_their_parts() -> None:
     encoder = bm25_encoder()
-    assert len(encoder.embed_query("INV-48213")) == 2  # "inv" and "48213"
+    assert len(encoder.embed_query("INV-48213")) == 3  # "inv", "48213" and the whole code
     assert encoder.embed_query("48213").indices[0] in encoder.embed_query("INV-48213").indices
 
 
@@ -128,14 +137,49 @@ def test_exact_codes_keep_their_parts() -> None:
         ("why does INV-48213 fail", ["INV-48213"]),
         ("E4471 in orders.v2.dlq", ["E4471", "orders.v2.dlq"]),
         ("raise max_poll_records or retrieval.mode", ["max_poll_records", "retrieval.mode"]),
+        ("what does SOME_ENV_VAR do, and limit_x?", ["SOME_ENV_VAR", "limit_x"]),
+        ("set server.http.port, then run --dry-run", ["server.http.port", "--dry-run"]),
+        ("baseURL and disableKinds in GitHub", ["baseURL", "disableKinds", "GitHub"]),
         ("a long-term e.g. T-cell study of 37778 mice", []),  # words, abbreviations, bare numbers
+        ("HTTP and NASA, a dry-run", []),  # acronyms and hyphenated words
         ("x1 ab", []),  # too short
     ],
 )
 def test_query_codes_are_identifiers_not_words_or_numbers(query: str, codes: list[str]) -> None:
-    found = bm25_encoder().query_codes(query)
-    assert list(found) == codes
-    assert all(parts for parts in found.values())
+    assert bm25_encoder().query_codes(query) == codes
+
+
+@pytest.mark.parametrize(
+    ("text", "identifier", "held"),
+    [
+        ("memory_limit_x caps a worker", "limit_x", False),  # inside a longer identifier
+        ("set `limit_x`.", "LIMIT_X", True),  # case-insensitive, punctuation around it
+        ("## SOME_ENV_VAR_PROTOCOL", "SOME_ENV_VAR", False),
+        ("## SOME_ENV_VAR\n\nThe endpoint.", "SOME_ENV_VAR", True),
+        ("config.limit_x = 3", "limit_x", False),  # a dotted key's last part
+        ("run --dry-run-all", "--dry-run", False),
+        ("run it with --dry-run.", "--dry-run", True),
+        ("E4471 and E44712", "E4471", True),
+        ("only E44712 here", "E4471", False),
+    ],
+)
+def test_an_identifier_is_held_only_as_a_whole_word(text: str, identifier: str, held: bool) -> None:
+    assert holds_identifier(text, identifier) is held
+
+
+def test_a_multi_part_identifier_is_also_one_whole_token() -> None:
+    encoder = bm25_encoder()
+    query = encoder.embed_query("SOME_ENV_VAR")
+    whole = encoder.embed_document("## SOME_ENV_VAR\nThe endpoint.")
+    sibling = encoder.embed_document("## SOME_ENV_VAR_PROTOCOL\nThe transport.")
+    shared = set(query.indices)
+    assert len(shared) == 3  # "env", "var" ("some" is a stopword) and the whole identifier
+    assert shared <= set(whole.indices)
+    assert len(shared & set(sibling.indices)) == 2  # its parts only
+    assert encoder.embed_query("some_env_var").indices == query.indices  # case-insensitive
+    terms = encoder.query_terms("what does SOME_ENV_VAR do")
+    assert encoder.matched_terms(terms, whole.indices) == ["some_env_var"]
+    assert encoder.matched_terms(terms, sibling.indices) == []
 
 
 def test_matched_terms_name_the_shared_words_longest_first_and_capped() -> None:
@@ -166,7 +210,7 @@ def test_sparse_finds_an_exact_code_that_dense_misses(stores, embedder, kind: st
     sparse = store.search(request(embedder, CODE_QUERY, "sparse"))
     assert dense[0].doc_id == "invoices"  # MiniLM: "an invoice number"
     assert sparse[0].doc_id == "settlement"
-    assert sparse[0].matched_terms == ("48213", "inv")
+    assert sparse[0].matched_terms == ("inv-48213",)  # the whole code, which hides its parts
     assert sparse[0].sparse_score == sparse[0].score > sparse[1].score
     assert sparse[0].dense_score == pytest.approx(
         next(h.score for h in dense if h.doc_id == "settlement"), abs=1e-4
@@ -394,3 +438,143 @@ def test_garbage_with_letters_and_digits_stays_no_evidence(code_kb, embedder) ->
         assert tool.lookup(query).evidence_status == "no_evidence", query
     near_miss = tool.lookup("E4472")  # one digit off: the code rule does not fire
     assert not any("exact_code" in r for b in near_miss.evidence_blocks for r in b.hit_reasons)
+
+
+# --- identifiers that win, reasons that hold ----------------------------------------------------
+
+_FILLER = (
+    "Every exporter setting is an environment variable read once at start; a changed env var "
+    "takes effect after a restart of the exporter process."
+)
+IDENTIFIER_KB = {  # one document whose SOME_ENV_VAR section has two longer-named siblings
+    "exporter.md": (
+        {"id": "exporter", "title": "Exporter configuration", "domain": "observability"},
+        "# Exporter configuration\n\n" + _FILLER + "\n\n"
+        "## SOME_ENV_VAR_PROTOCOL\n\nThe transport of the env var endpoint: grpc or http/protobuf. "
+        "Set this env var protocol before the endpoint env var is read; the environment variable "
+        "protocol applies to traces, metrics and logs. " + _FILLER + "\n\n"
+        "## SOME_ENV_VAR_TRACES_PROTOCOL\n\nThe env var protocol for traces only: it overrides the "
+        "environment variable protocol for the trace endpoint env var. " + _FILLER + "\n\n"
+        "## SOME_ENV_VAR\n\nThe address the exporter sends spans to, such as "
+        "https://collector.internal:4317, with its scheme and port. " + _FILLER,
+    ),
+    "limits.md": (
+        {"id": "limits", "title": "Worker memory", "domain": "platform"},
+        "# Worker memory\n\nmemory_limit_x caps the memory of a worker; a worker over its memory "
+        "limit is restarted. Raise the limit for workers that load large models.",
+    ),
+    "quota.md": (
+        {"id": "quota", "title": "Request quota", "domain": "platform"},
+        "# Request quota\n\nlimit_x is the number of requests a client may send per minute before "
+        "the gateway answers 429.",
+    ),
+}
+IDENTIFIER_QUERIES = ["what does SOME_ENV_VAR do", "SOME_ENV_VAR", "limit_x", "what is the limit_x setting"]
+
+
+@pytest.fixture(scope="module")
+def identifier_kb(tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[SampleKB]:
+    root = tmp_path_factory.mktemp("identifier-kb")
+    kb = ingest_kb(write_corpus(root / "docs", IDENTIFIER_KB), root / "store", embedder)
+    yield kb
+    kb.store.close()
+
+
+@pytest.mark.parametrize("query", ["limit_x", "what is the limit_x setting"])
+def test_exact_code_only_on_blocks_that_hold_it_verbatim(identifier_kb, embedder, query) -> None:
+    blocks = make_tool(identifier_kb, embedder, l0__enabled=False).lookup(query).evidence_blocks
+    by_doc = {block.doc_id: block for block in blocks}
+    assert "exact_code:limit_x" in by_doc["quota"].hit_reasons
+    assert "limits" in by_doc  # found by the parts "limit" and "x"...
+    assert not any(r.startswith("exact_code") for r in by_doc["limits"].hit_reasons)  # ...not by the code
+
+
+@pytest.mark.parametrize("query", ["what does SOME_ENV_VAR do", "SOME_ENV_VAR"])
+def test_the_section_an_identifier_names_wins_over_its_longer_named_siblings(
+    identifier_kb, embedder, query
+) -> None:
+    tool = make_tool(identifier_kb, embedder, l0__enabled=False)
+    blocks = tool.lookup(query).evidence_blocks
+    assert holds_identifier(blocks[0].content, "SOME_ENV_VAR")
+    assert blocks[0].breadcrumb.endswith("SOME_ENV_VAR")
+    assert "exact_code:SOME_ENV_VAR" in blocks[0].hit_reasons
+    siblings = [b for b in blocks if "_PROTOCOL" in (b.breadcrumb or "")]
+    assert all(not any(r.startswith("exact_code") for r in b.hit_reasons) for b in siblings)
+    one_place = make_tool(identifier_kb, embedder, l0__enabled=False, retrieval__max_chunks_per_document=1)
+    assert one_place.lookup(query).evidence_blocks[0].evidence_key == blocks[0].evidence_key
+
+
+_PLACE = re.compile(r"(?:vector:(dense|sparse)|(fused)) rank (\d+)(?: \((.*)\))?")
+_SEARCH_OF = {"dense": "dense", "sparse": "sparse", "fused": "hybrid"}
+
+
+def _ranked_keys(tool: KnowledgeTool, query: str, mode: str, category: str | None) -> list[str]:
+    """The evidence keys a search of ``mode`` ranks for ``query``, as deep as hit reasons count
+    places (the fused list ``retrieve_k``; the dense and sparse ones ``retrieve_k`` + 8)."""
+    retrieval = tool.config.retrieval
+    width = retrieval.effective_retrieve_k + (0 if mode == "hybrid" else 8)
+    found = tool.search_port.search(
+        SearchRequest(
+            query, tool.embedder.embed_query(query).tolist(), width, category=category, mode=mode,
+            sparse_vector=bm25_encoder().embed_query(query), fusion=retrieval.fusion,
+            prefetch_k=retrieval.prefetch_k,
+        )
+    )  # fmt: skip
+    return [evidence_key(hit.doc_id, hit.chunk_index) for hit in found]
+
+
+def _reason_is_true(tool: KnowledgeTool, kb: SampleKB, result: LookupResult, block, reason: str) -> bool:
+    """Whether one hit reason holds of its block, checked against the store and the source."""
+    attempts = {a.kind: a for a in result.retrieval_trace.attempts}
+    kind, _, value = reason.partition(":")
+    document = kb.documents[block.doc_id]
+    if kind == "vector" and value in attempts:
+        return attempts[value].used and block.evidence_key in attempts[value].hit_keys
+    if place := _PLACE.fullmatch(reason):
+        search, fused, rank, terms = place.groups()
+        filters = [
+            attempts[r[len("vector:") :]].filter for r in block.hit_reasons if r[len("vector:") :] in attempts
+        ]
+        ranked = [_ranked_keys(tool, result.query, _SEARCH_OF[search or fused], f) for f in filters]
+        held = set(
+            bm25_encoder().embed_document(sparse_text(block.title, block.breadcrumb, block.content)).indices
+        )
+        in_text = (
+            search != "sparse"
+            or not terms
+            or all(set(bm25_encoder().embed_query(term).indices) <= held for term in terms.split(", "))
+        )
+        return in_text and any(keys[int(rank) - 1 : int(rank)] == [block.evidence_key] for keys in ranked)
+    checks = {
+        "exact_code": lambda: holds_identifier(block.content, value),
+        "l0_domain": lambda: value in document.categories,
+        "l0_keyword": lambda: normalize(value) in {normalize(k) for k in document.keywords},
+        "l0_entity": lambda: normalize(value) in {normalize(e) for e in document.entities},
+        "l0_title": lambda: normalize(value) == normalize(document.title or ""),
+    }
+    return kind in checks and checks[kind]()  # a reason this audit does not know is not true
+
+
+SAMPLE_QUERIES = [
+    REFUND_QUERY, FAPIAO_QUERY, "PCI DSS rules for card data in the payments.events Kafka topic",
+    "compensation for parcels arriving late", "max_poll_records", "payments.events consumer lag",
+    "How many vacation days do I get?", "E4471", "rotate the TLS certificate",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["sparse", "hybrid"])
+def test_every_hit_reason_is_true_of_its_block(sample_kb, identifier_kb, embedder, mode) -> None:
+    checked = 0
+    for kb, queries in ((sample_kb, SAMPLE_QUERIES), (identifier_kb, IDENTIFIER_QUERIES)):
+        tool = make_tool(kb, embedder, retrieval__mode=mode)
+        for query in queries:
+            result = tool.lookup(query)
+            false = [
+                f"{block.evidence_key}: {reason}"
+                for block in result.evidence_blocks
+                for reason in block.hit_reasons
+                if not _reason_is_true(tool, kb, result, block, reason)
+            ]
+            assert false == [], query
+            checked += sum(len(b.hit_reasons) for b in result.evidence_blocks)
+    assert checked > 100  # the audit read real reasons, not an empty list

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 from dataflow_fixtures import (
@@ -146,6 +148,17 @@ CAP_HITS = [
 )
 def test_per_document_cap_keeps_best_scored_chunks(cap, expected):
     assert keys(dedup(CAP_HITS, cap=cap)) == expected
+
+
+def test_per_document_cap_keeps_the_chunk_that_holds_the_querys_code_first():
+    """Two sibling sections (``SOME_ENV_VAR_PROTOCOL``) outscore the one the query names."""
+    named = replace(make_hit("otel", 0, 0.6), exact_codes=("SOME_ENV_VAR",))
+    hits = [("unfiltered", hit) for hit in (make_hit("otel", 1, 0.9), make_hit("otel", 2, 0.8), named)]
+    frame = screened_df(candidates_df(attempts(hits), NO_HINTS, "hybrid"), 2, 20, 0.0)
+    assert dict(zip(frame["evidence_key"], frame["left_out"], strict=True)) == {
+        "otel#chunk-1": None, "otel#chunk-2": "document_cap", "otel#chunk-0": None,
+    }  # fmt: skip
+    assert "exact_code:SOME_ENV_VAR" in frame["hit_reasons"].iloc[2]
 
 
 def test_block_without_doc_id_is_its_own_document():
