@@ -27,6 +27,8 @@ from lookup_knowledge.dataflows.retrieval import FallbackPolicy, HybridFusion
 
 DATAFLOW_MODULES = (query_understanding, retrieval, postprocessing, context, result)
 FINAL_NODE = "lookup_result"
+REQUEST_NODE = "l1_requests"  # what to ask the store; ``l1_answers`` asks it
+ANSWER_NODE = "l1_answers"
 DEFAULT_MODE = RetrievalConfig().mode
 VARIANTS: dict[str, dict[str, bool | str]] = {
     "default": {"l0_enabled": True, "l1_enabled": True, "retrieval_mode": DEFAULT_MODE},
@@ -67,7 +69,9 @@ class TracedLookupResult(ResultBuilder):
     def __init__(self, executed: ExecutedNodes) -> None:
         self.executed = executed
 
-    def build_result(self, **outputs: Any) -> LookupResult:
+    def build_result(self, **outputs: Any) -> LookupResult | dict[str, Any]:
+        if FINAL_NODE not in outputs:  # a run up to earlier nodes (the requests of a batch)
+            return outputs
         lookup: LookupResult = outputs[FINAL_NODE]
         if lookup.retrieval_trace is None:
             return lookup
@@ -101,6 +105,17 @@ def lookup_driver(config: Config, *adapters: Any) -> tuple[driver.Driver, Execut
     executed = ExecutedNodes()
     dataflow = build_driver(dataflow_config(config), executed, TracedLookupResult(executed), *adapters)
     return dataflow, executed
+
+
+def execute_requests(
+    dataflow: driver.Driver, inputs: dict[str, Any], overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The DAG run up to :data:`REQUEST_NODE` (what to ask the store, unsent): every node it
+    computed, to be handed back as overrides with the answers (batched eval)."""
+    upstream = dataflow.what_is_upstream_of(REQUEST_NODE)  # REQUEST_NODE among them
+    computed = [v.name for v in upstream if not v.is_external_input and v.name != REQUEST_NODE]
+    # REQUEST_NODE first: its dependencies run in the order a whole lookup runs them
+    return dataflow.execute([REQUEST_NODE, *computed], inputs=inputs, overrides=overrides or {})
 
 
 def execute_lookup(

@@ -29,7 +29,13 @@ from lookup_knowledge.adapters.search import KnowledgeSearchPort, StoreError
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import EvidenceStatus, LookupResult
 from lookup_knowledge.extras import require
-from lookup_knowledge.pipeline import FINAL_NODE, execute_lookup, lookup_driver, settings_inputs
+from lookup_knowledge.pipeline import (
+    FINAL_NODE,
+    execute_lookup,
+    execute_requests,
+    lookup_driver,
+    settings_inputs,
+)
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_search_port
 
 logger = logging.getLogger(__name__)
@@ -141,6 +147,16 @@ class KnowledgeTool:
             failure = exc
         message = f"Knowledge retrieval failed: {failure}"
         return failure_result(inputs["query"], "retrieval_failed", message, inputs["prior_session_domains"])
+
+    def execute_requests(self, inputs: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any] | None:
+        """The DAG run up to its store requests (``l1_requests``) with every node it computed,
+        for a batch to send; ``None`` when that part failed (the full run then reports it)."""
+        try:
+            with _one_blas_thread():
+                return execute_requests(self.driver, inputs, overrides)
+        except Exception as exc:
+            logger.warning("lookup planning failed: %s", mask_secrets(str(exc)))
+            return None
 
     def dataflow_inputs(
         self,

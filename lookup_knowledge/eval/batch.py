@@ -1,36 +1,57 @@
 """Batched lookups: the same DAG as a single lookup, with embeddings and searches done in batches.
 
-Each query still runs through ``KnowledgeTool``'s Hamilton driver. Only two things are
-prepared for a whole batch at once: the query vectors (handed to the DAG as an override of the
-``query_vector`` node) and each query's searches, unfiltered and under its category filter (the
-pinned one, else the one its L0 hints imply, by the DAG's own ``category_filter`` function),
-answered from one ``search_batch`` call by a port that replays them; a search the DAG asks for
-that was not prefetched goes live. The retrieval semantics (filter, fallback, post-processing)
-are untouched, so a batched result equals the single-call result.
+Each query runs through ``KnowledgeTool``'s Hamilton driver in two steps. First the DAG runs up
+to ``l1_requests``, what it would ask the store (the query vectors of the whole batch handed in
+as an override of ``query_vector``); then every query's requests go to the store as one
+``search_batch``, and the DAG runs on from there with each query's answers as its ``l1_answers``
+(and the nodes it already computed as overrides). The requests are the DAG's own, whatever
+fields its nodes put in them (filter, fallback companion, any later field), so a batched result
+equals the single-call result by construction. A search the DAG makes past that point (the
+``threshold`` rule's retry) goes to the store live; a batch the store fails is asked again, per
+query, by the DAG's own ``l1_answers``, which traces the errors.
 """
 
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-from lookup_knowledge.adapters.sparse import bm25_encoder
-from lookup_knowledge.agent.tool import (
-    KnowledgeTool,
-    LookupRequest,
-    lookup_request,
-    rejected_result,
-)
+from lookup_knowledge.adapters.search import SearchRequest
+from lookup_knowledge.agent.tool import KnowledgeTool, LookupRequest, lookup_request, rejected_result
 from lookup_knowledge.config import Config
-from lookup_knowledge.contract import L0Hints, LookupResult
-from lookup_knowledge.dataflows.query_understanding import category_filter
+from lookup_knowledge.contract import LookupResult, NodeTiming
+from lookup_knowledge.dataflows.retrieval import SearchAnswer
+from lookup_knowledge.pipeline import ANSWER_NODE, REQUEST_NODE
 
 BATCH_SIZE = 256
+VECTOR_NODE = "query_vector"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedLookup:
+    """One query's DAG run up to its store requests: the nodes it computed, with their timings
+    (``query_vector`` as its share of the batch's embedding)."""
+
+    values: dict[str, Any]
+    timings: list[NodeTiming]
+
+    @property
+    def requests(self) -> list[SearchRequest]:
+        return self.values[REQUEST_NODE]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchedAnswers:
+    """The store's answers to one query's requests, from the batch, and its share of the batch's time."""
+
+    answers: list[SearchAnswer]
+    share_ms: float
 
 
 @dataclass(frozen=True)
@@ -59,27 +80,6 @@ class ToolProvider:
     def __setstate__(self, state: dict) -> None:
         for name, value in state.items():
             object.__setattr__(self, name, value)
-
-
-class PrefetchedSearchPort(KnowledgeSearchPort):
-    """Answers searches from prefetched results keyed by category; anything else goes live."""
-
-    def __init__(self, live: KnowledgeSearchPort, prefetched: dict[str | None, list[SearchHit]]):
-        self.live = live
-        self.prefetched = prefetched
-
-    def search(self, request: SearchRequest) -> list[SearchHit]:
-        hits = self.prefetched.get(request.category)
-        return list(hits) if hits is not None else self.live.search(request)
-
-    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
-        """Prefetched answers where there are some; the rest in one live batch."""
-        live = [request for request in requests if request.category not in self.prefetched]
-        answers = iter(self.live.search_batch(live) if live else [])
-        return [
-            list(self.prefetched[r.category]) if r.category in self.prefetched else next(answers)
-            for r in requests
-        ]
 
 
 def lookup_many(
@@ -134,52 +134,57 @@ def _lookup_chunk(tool: KnowledgeTool, queries: list[str], pinned: list[str | No
     if not tool.config.l1.enabled:
         results.update({i: tool.execute_dataflow(inputs[i]) for i in valid})
         return [results[i] for i in range(len(queries))]
-    vectors = tool.embedder.embed_queries([inputs[i]["query"] for i in valid])
-    vector_of = dict(zip(valid, vectors, strict=True))
-    filters = {i: _category_filter(tool, inputs[i]["query"], pinned[i]) for i in valid}
-    prefetched = _prefetch(tool, inputs, vector_of, filters)
+    started = time.perf_counter()
+    vectors = dict(zip(valid, tool.embedder.embed_queries([inputs[i]["query"] for i in valid]), strict=True))
+    vector_ms = (time.perf_counter() - started) * 1000 / max(len(valid), 1)
+    plans = {i: _plan(tool, inputs[i], vectors[i], vector_ms) for i in valid}
+    answers = _answers(tool, {i: plan for i, plan in plans.items() if plan is not None})
     for i in valid:
-        port = PrefetchedSearchPort(tool.search_port, prefetched.get(i, {}))
-        results[i] = tool.execute_dataflow(
-            {**inputs[i], "search_port": port}, overrides={"query_vector": vector_of[i]}
-        )
+        plan = plans[i]
+        if plan is None:  # the DAG failed before its searches: the full run reports it
+            results[i] = tool.execute_dataflow(inputs[i], overrides={VECTOR_NODE: vectors[i]})
+        else:
+            results[i] = _execute_planned(tool, inputs[i], plan, answers.get(i))
     return [results[i] for i in range(len(queries))]
 
 
-def _category_filter(tool: KnowledgeTool, query: str, pinned: str | None) -> str | None:
-    """The category filter the DAG will search under: the pinned one, else its L0 hints'."""
-    hints = tool.l0_index.match(query) if tool.config.l0.enabled and pinned is None else L0Hints()
-    return category_filter(hints, pinned)
+def _plan(
+    tool: KnowledgeTool, inputs: dict[str, Any], vector: np.ndarray, vector_ms: float
+) -> PlannedLookup | None:
+    values = tool.execute_requests(inputs, {VECTOR_NODE: vector})
+    if values is None:
+        return None
+    return PlannedLookup(
+        values, [NodeTiming(VECTOR_NODE, round(vector_ms, 4)), *tool.executed_nodes.timings()]
+    )
 
 
-def _prefetch(
-    tool: KnowledgeTool,
-    inputs: dict[int, dict],
-    vectors: dict[int, np.ndarray],
-    filters: dict[int, str | None],
-) -> dict[int, dict[str | None, list[SearchHit]]]:
-    """One batched search for every query: under its category filter, and unfiltered."""
-    keys = [(i, category) for i in inputs for category in dict.fromkeys([filters[i], None])]
-    settings = tool.config.retrieval
-    sparse = {i: bm25_encoder().embed_query(inputs[i]["query"]) for i in inputs if settings.mode != "dense"}
-    requests = [
-        SearchRequest(
-            inputs[i]["query"],
-            vectors[i],
-            settings.effective_retrieve_k,
-            c,
-            mode=settings.mode,
-            sparse_vector=sparse.get(i),
-            fusion=settings.fusion,
-            prefetch_k=settings.prefetch_k,
-        )
-        for i, c in keys
-    ]
+def _execute_planned(
+    tool: KnowledgeTool, inputs: dict[str, Any], plan: PlannedLookup, batched: BatchedAnswers | None
+) -> LookupResult:
+    """The DAG run on from its requests: with the batch's answers as ``l1_answers`` (none: the
+    node asks the store itself), its executed nodes those of both runs."""
+    overrides = plan.values if batched is None else {**plan.values, ANSWER_NODE: batched.answers}
+    result = tool.execute_dataflow(inputs, overrides=overrides)
+    trace = result.retrieval_trace
+    if trace is None or not trace.executed_nodes:  # failed: nothing ran to report
+        return result
+    answered = [] if batched is None else [NodeTiming(ANSWER_NODE, round(batched.share_ms, 4))]
+    nodes = [*plan.timings, *answered, *trace.executed_nodes]
+    return result.model_copy(update={"retrieval_trace": trace.model_copy(update={"executed_nodes": nodes})})
+
+
+def _answers(tool: KnowledgeTool, plans: dict[int, PlannedLookup]) -> dict[int, BatchedAnswers]:
+    """Every planned request of the batch in one ``search_batch``, each query's answers back in
+    its own requests' order (none when the batch fails: each query then asks alone)."""
+    keys = [(i, n) for i, plan in plans.items() for n in range(len(plan.requests))]
+    started = time.perf_counter()
     try:
-        answers = tool.search_port.search_batch(requests)
-    except Exception:  # a failing batch is retried live, per query, where the DAG traces errors
+        found = tool.search_port.search_batch([plans[i].requests[n] for i, n in keys])
+    except Exception:  # asked again per query by the DAG's l1_answers, which traces the errors
         return {}
-    prefetched: dict[int, dict[str | None, list[SearchHit]]] = {}
-    for (i, category), hits in zip(keys, answers, strict=True):
-        prefetched.setdefault(i, {})[category] = hits
-    return prefetched
+    share_ms = (time.perf_counter() - started) * 1000 / max(len(plans), 1)
+    answers: dict[int, list[SearchAnswer]] = {i: [] for i in plans}
+    for (i, _), hits in zip(keys, found, strict=True):
+        answers[i].append(SearchAnswer(hits))
+    return {i: BatchedAnswers(answers[i], share_ms) for i in plans}
