@@ -1,7 +1,8 @@
-"""Regenerate the README's "A real result" JSON from a real run of the command it shows.
+"""Regenerate the example result (docs/example-result.md, linked from the README) from a real run
+of the command it shows.
 
-    python docs/readme_example.py            # after `make demo`; rewrites the block in README.md
-    python docs/readme_example.py --check    # exit 1 if the README's block is not current
+    python docs/readme_example.py            # after `make demo`; rewrites the block if it is stale
+    python docs/readme_example.py --check    # exit 1 if the block is not current
 
 Long strings are shortened with "…", executed nodes after the first few are elided, floats are
 rounded to 4 places, and node timings and the invocation row id (which differ per run) are
@@ -24,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+EXAMPLE = Path(__file__).resolve().parent / "example-result.md"
 COMMAND = (
     'lookup-knowledge query "Who must approve a refund above 500 EUR?" --json '
     "--set context.budget_chars=700 --set retrieval.return_n=2"
@@ -88,30 +89,30 @@ def differences(committed: Any, fresh: Any, where: str = "$") -> list[str]:
 
 
 def stale(committed: str, fresh: str) -> list[str]:
-    """:func:`differences` between the README's block and a fresh run's, both as JSON text."""
+    """:func:`differences` between the committed block and a fresh run's, both as JSON text."""
     return differences(json.loads(committed), json.loads(fresh))
 
 
 def main() -> int:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
-    parser.add_argument("--check", action="store_true", help="only check that the README is current")
+    parser.add_argument("--check", action="store_true", help="only check that the example is current")
     parser.add_argument("--cli", default="lookup-knowledge", help="the lookup-knowledge executable")
     args = parser.parse_args()
-    readme = README.read_text(encoding="utf-8")
+    readme = EXAMPLE.read_text(encoding="utf-8")
     match = BLOCK.search(readme)
     if match is None:
-        sys.exit("README.md has no readme-example block")
+        sys.exit(f"{EXAMPLE} has no readme-example block")
     fresh = example_json(args.cli)
     if not (changed := stale(match[2], fresh)):
-        print("README.md's example is current (floats within the CPU tolerance)")
+        print(f"{EXAMPLE.name} is current (floats within the CPU tolerance)")
         return 0
     if args.check:
-        print("README.md's example is stale: run python docs/readme_example.py", file=sys.stderr)
+        print(f"{EXAMPLE.name} is stale: run python docs/readme_example.py", file=sys.stderr)
         print("\n".join(changed[:20]), file=sys.stderr)
         return 1
-    README.write_text(readme[: match.start(2)] + fresh + readme[match.end(2) :], encoding="utf-8")
-    print(f"updated the example in {README}")
+    EXAMPLE.write_text(readme[: match.start(2)] + fresh + readme[match.end(2) :], encoding="utf-8")
+    print(f"updated the example in {EXAMPLE}")
     return 0
 
 
