@@ -40,7 +40,6 @@ from mcp.types import (
 )
 from pydantic import ConfigDict, Field, ValidationError
 
-from lookup_knowledge.adapters.search import first_line
 from lookup_knowledge.agent.lookup import (
     QUERY_DESCRIPTION,
     TOOL_DESCRIPTION,
@@ -102,7 +101,7 @@ def serve_stdio(config: Config) -> None:
     first call is bounded like the others. Every frame gets an answer (:func:`read_frame`).
     """
     with AgentLookup.from_config(config, require_store=False) as agent:
-        _load_model(agent)
+        agent.warm_up()  # the model loads before serving; the first call reports it (coldStartMs)
         anyio.run(serve_frames, build_server(agent))
 
 
@@ -192,11 +191,3 @@ def _valid_id(value: Any) -> int | str | None:
 
 def _error(frame_id: int | str | None, code: int, message: str) -> JSONRPCError:
     return JSONRPCError(jsonrpc="2.0", id=frame_id, error=ErrorData(code=code, message=message))
-
-
-def _load_model(agent: AgentLookup) -> None:
-    """Load the query model now; one that fails is reported by each call (``retrieval_failed``)."""
-    try:
-        agent.tool.embedder.embed_query("warm-up")
-    except Exception as exc:
-        logger.warning("the embedding model did not load: %s", first_line(exc))
