@@ -41,7 +41,7 @@ _TERM = re.compile(r"\w+")
 # matched in, so ``limit_x`` is not found inside ``memory_limit_x`` nor ``E44`` inside ``E4471``.
 _WHOLE_WORD = re.compile(r"(?:(?<![\w-])--)?\w+(?:[-./:#]\w+)*")
 _SNAKE = re.compile(r"\w*[^\W\d_]\w*_\w+|\w+_\w*[^\W\d_]\w*")  # a "_" and a letter: limit_x, SOME_ENV_VAR
-_DOTTED = re.compile(r"[^\W_]{2,}(?:\.[^\W_]{2,})+")  # server.http.port, not e.g
+_DOTTED = re.compile(r"[^\W_]{2,}(?:[_.][^\W_]{2,})+")  # server.http.port, Params.shortcode_color; not e.g
 _CAMEL = re.compile(r"[a-z][A-Z]")  # a lower-to-upper step inside: baseURL, disableKinds
 _PARTED = re.compile(r"^--|[-_./:#]")  # identifiers the word tokenizer splits into parts
 
