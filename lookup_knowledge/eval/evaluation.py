@@ -19,7 +19,7 @@ from hamilton.execution import executors
 
 from lookup_knowledge.agent.tool import KnowledgeTool
 from lookup_knowledge.config import Config
-from lookup_knowledge.dataflows import evaluation as evaluation_dataflow
+from lookup_knowledge.eval import dataflow as evaluation_dataflow
 from lookup_knowledge.eval.batch import BATCH_SIZE, ToolProvider
 from lookup_knowledge.eval.data import Qrels
 from lookup_knowledge.eval.metrics import EVAL_DEPTH, METRIC_NAMES, pinned_categories
