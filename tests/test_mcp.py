@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 from test_agent_tool import KAFKA_QUERY, REFUND_QUERY
@@ -49,6 +50,7 @@ async def _second_connection(store: Path) -> CallToolResult:
         return await client.call_tool(TOOL_NAME, {"query": KAFKA_QUERY})
 
 
+@pytest.mark.slow  # a CLI process that loads the model
 def test_mcp_round_trip_over_stdio(sample_store: Path) -> None:
     store = sample_store
     first = anyio.run(_first_connection, store)

@@ -102,6 +102,7 @@ def _explain(store: Path, target: Path, env: dict[str, str] | None = None) -> su
     return subprocess.run([*command, "--set", f"store.path={store}"], capture_output=True, text=True, env=env)
 
 
+@pytest.mark.slow  # a CLI process that loads the model
 def test_explain_without_dot_prints_the_result_then_writes_dot_source(sample_store: Path) -> None:
     target = sample_store / "missing" / "folder" / "q.png"
     done = _explain(sample_store, target, _without_dot())
@@ -113,6 +114,7 @@ def test_explain_without_dot_prints_the_result_then_writes_dot_source(sample_sto
     assert "filtered_hits" in source and not target.exists()
 
 
+@pytest.mark.slow  # a CLI process that loads the model
 def test_explain_to_an_unknown_format_is_one_line_and_still_prints_the_result(sample_store: Path) -> None:
     done = _explain(sample_store, sample_store / "q.txt")
     assert done.returncode == 0
@@ -120,6 +122,7 @@ def test_explain_to_an_unknown_format_is_one_line_and_still_prints_the_result(sa
     assert done.stderr.strip().startswith("executed path not drawn: cannot draw q.txt")
 
 
+@pytest.mark.slow  # a CLI process that loads the model
 @needs_dot
 def test_explain_with_dot_draws_the_image(sample_store: Path) -> None:
     target = sample_store / "q.svg"

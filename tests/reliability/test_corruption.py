@@ -163,6 +163,7 @@ def test_json_on_an_ascii_stdout_is_escaped(monkeypatch: pytest.MonkeyPatch) -> 
     assert json.loads(stdout.buffer.getvalue()) == {"query": "如何申请增值税专用发票"}
 
 
+@pytest.mark.slow  # a CLI process that loads the model
 def test_a_cjk_query_on_an_ascii_terminal_prints_without_a_traceback(small_store: Config) -> None:
     env = {**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C", "LANG": "C"}
     args = [

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import qdrant_edge as qe
 from conftest import make_config, write_markdown
 
@@ -131,6 +132,7 @@ def run_child(settings: dict[str, Any], kill_at: tuple[int, float]) -> bool:
     return alive and child.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow  # a CLI process that loads the model
 def test_killed_ingest_then_rerun_equals_a_clean_ingest(tmp_path: Path, embedder) -> None:
     kb = tmp_path / "kb"
     write_version(kb, 1)

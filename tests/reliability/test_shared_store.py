@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import anyio
+import pytest
 from conftest import SMALL_CORPUS, make_config, write_corpus, write_markdown
 from mcp import Client, StdioServerParameters
 
@@ -62,6 +63,7 @@ def test_ingest_while_the_mcp_server_serves_the_store(tmp_path: Path, embedder) 
     print(f"\nfirst lookup after the handover (reopen included): {reopen_s * 1000:.0f} ms")
 
 
+@pytest.mark.slow  # a CLI process that loads the model
 def test_a_holder_that_never_hands_over_is_named_after_a_bounded_wait(tmp_path: Path, embedder) -> None:
     kb = write_corpus(tmp_path / "kb", SMALL_CORPUS)
     config = make_config(tmp_path / "store")
