@@ -41,6 +41,8 @@ class SourceDocument:
     entities: tuple[str, ...] = ()
     description: str | None = None
     doc_type: str | None = None
+    body_offset: int = 0  # where ``body`` starts in the source text (after its frontmatter)
+    body_line: int = 1  # the source line ``body`` starts on (1-based)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +146,10 @@ def _read_markdown(file: Path, relative: str, max_file_bytes: int) -> SourceDocu
     if b"\x00" in raw:
         raise _Skip("binary content (NUL bytes)")
     try:
-        text = raw.decode("utf-8-sig")
+        text = normalized_newlines(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise _Skip(f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    meta, body = _frontmatter(text)
+    meta, body, offset = _frontmatter(text)
     return SourceDocument(
         doc_id=_text(meta.get("id")) or relative,
         source=relative,
@@ -159,28 +161,39 @@ def _read_markdown(file: Path, relative: str, max_file_bytes: int) -> SourceDocu
         entities=_strings(meta.get("entities")),
         description=_text(meta.get("description")),
         doc_type=_text(meta.get("doc_type") or meta.get("type")),
+        body_offset=offset,
+        body_line=text.count("\n", 0, offset) + 1,
     )
 
 
-def _frontmatter(text: str) -> tuple[dict[str, Any], str]:
-    """The YAML frontmatter mapping and the body (python-frontmatter alone drops a list or
-    scalar header silently: such a file is skipped and named instead)."""
+def normalized_newlines(text: str) -> str:
+    """Text with ``\r\n`` and lone ``\r`` line ends as ``\n``: the text chunk offsets count in."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _frontmatter(text: str) -> tuple[dict[str, Any], str, int]:
+    """The YAML frontmatter mapping, the body (stripped) and where the body starts in ``text``
+    (python-frontmatter alone drops a list or scalar header silently: such a file is skipped
+    and named instead)."""
     handler = frontmatter.YAMLHandler()
-    text = text.strip()
-    if not handler.detect(text):
-        return {}, text
+    if not handler.detect(text.strip()):
+        return {}, *_stripped_tail(text, 0)
     try:
-        header, body = handler.split(text)
+        header, body = handler.split(text.strip())  # the body is the tail of the text
         meta = _load_yaml(header)
     except ValueError:  # no closing delimiter: python-frontmatter reads it all as body
-        return {}, text
+        return {}, *_stripped_tail(text, 0)
     except yaml.YAMLError as exc:
         raise _Skip(f"broken YAML frontmatter: {_first_line(exc)}") from None
-    if meta is None:
-        return {}, body.strip()
-    if not isinstance(meta, dict):
+    if meta is not None and not isinstance(meta, dict):
         raise _Skip(f"frontmatter is a {type(meta).__name__}, not a mapping of fields")
-    return meta, body.strip()
+    return meta or {}, *_stripped_tail(text, len(text.rstrip()) - len(body))
+
+
+def _stripped_tail(text: str, start: int) -> tuple[str, int]:
+    """``text[start:]`` stripped, and the offset in ``text`` where what is left begins."""
+    tail = text[start:]
+    return tail.strip(), start + len(tail) - len(tail.lstrip())
 
 
 _Node = yaml.MappingNode | yaml.SequenceNode | yaml.ScalarNode
@@ -253,7 +266,7 @@ def _read_jsonl(file: Path, max_record_bytes: int) -> Corpus:
                 doc_id=doc_id,
                 source=_text(record.get("source")) or doc_id,
                 title=title,
-                body=text,
+                body=normalized_newlines(text),
                 format="text",
                 categories=_strings(record.get("category")),
                 keywords=_strings(record.get("keywords")),

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pandas as pd
 
 from lookup_knowledge.adapters.l0_index import normalize
-from lookup_knowledge.adapters.search import SearchHit, identity_key
+from lookup_knowledge.adapters.search import HEADING_PATH_FIELD, LOCATION_FIELD, SearchHit, identity_key
 from lookup_knowledge.config import RerankConfig
-from lookup_knowledge.contract import CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
+from lookup_knowledge.contract import BlockLocation, CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
 from lookup_knowledge.instruction_flag import payload_instruction_like
 
@@ -27,6 +28,7 @@ CANDIDATE_COLUMNS = frame_columns([
     "evidence_key", "doc_id", "chunk_index", "point_id", "source", "title", "breadcrumb",
     "categories", "doc_type", "content", "score", "normalized_score", "rank_score", "dense_score",
     "sparse_score", "fused_score", "original_rank", "hit_reasons", "l0_matches", "instruction_like",
+    "location",
 ])  # fmt: skip
 SCREENED_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "left_out"])
 RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
@@ -125,6 +127,7 @@ def candidates_df(
             + [f"l0_{kind}:{term}" for kind, term in matches],
             "l0_matches": matches,
             "instruction_like": payload_instruction_like(payload, payload.get("breadcrumb"), hit.content),
+            "location": block_location(payload),
         })  # fmt: skip
     return object_frame(rows, CANDIDATE_COLUMNS)
 
@@ -139,13 +142,12 @@ def screened_df(
 
     Reasons: ``below_evidence_floor`` (under ``relative_evidence_floor`` times the query's best
     on every signal it has: the normalized dense score and, from a sparse search, the BM25
-    score), ``document_cap`` (``max_chunks_per_document`` reached: a document's places go to
-    its chunks that hold one of the query's codes first, then by score), ``return_n``.
+    score), ``document_cap`` (``max_chunks_per_document`` reached), ``return_n``.
     """
     ordered = sorted(records(candidates_df), key=lambda c: (-c["rank_score"], c["original_rank"]))
     below = _below_floor(ordered, relative_evidence_floor)
-    placed = _document_places(ordered, max_chunks_per_document)
     screened: dict[str, dict] = {}
+    per_document: Counter[str] = Counter()
     kept = 0
     for candidate in ordered:
         key = candidate["evidence_key"]
@@ -153,9 +155,11 @@ def screened_df(
             reasons = screened[key]["hit_reasons"]
             reasons += [r for r in candidate["hit_reasons"] if r not in reasons]
             continue
+        document = candidate["doc_id"] or key
+        per_document[document] += 1
         if below(candidate):
             left_out = "below_evidence_floor"
-        elif key not in placed:
+        elif max_chunks_per_document is not None and per_document[document] > max_chunks_per_document:
             left_out = "document_cap"
         elif kept >= return_n:
             left_out = "return_n"
@@ -163,29 +167,6 @@ def screened_df(
             left_out, kept = None, kept + 1
         screened[key] = {**candidate, "hit_reasons": list(candidate["hit_reasons"]), "left_out": left_out}
     return object_frame(list(screened.values()), SCREENED_COLUMNS)
-
-
-def _document_places(ordered: list[dict], max_chunks_per_document: int | None) -> set[str]:
-    """The evidence keys the per-document cap lets through: per document, its chunks holding an
-    exact code first (a question naming ``SOME_ENV_VAR`` keeps that section, not two sibling
-    ``SOME_ENV_VAR_PROTOCOL`` ones that outscore it), then the rest in score order."""
-    keys = list(dict.fromkeys(c["evidence_key"] for c in ordered))
-    if max_chunks_per_document is None:
-        return set(keys)
-    first = {c["evidence_key"]: c for c in reversed(ordered)}  # each key's best-placed copy
-    coded = {c["evidence_key"] for c in ordered if _holds_code(c)}
-    places: set[str] = set()
-    per_document: Counter[str] = Counter()
-    for key in sorted(keys, key=lambda k: k not in coded):  # stable: score order within each group
-        document = first[key]["doc_id"] or key
-        per_document[document] += 1
-        if per_document[document] <= max_chunks_per_document:
-            places.add(key)
-    return places
-
-
-def _holds_code(candidate: dict) -> bool:
-    return any(reason.startswith("exact_code:") for reason in candidate["hit_reasons"])
 
 
 def _below_floor(candidates: list[dict], relative_evidence_floor: float) -> Callable[[dict], bool]:
@@ -276,6 +257,16 @@ def evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
             rank=row["rank"],
             hit_reasons=row["hit_reasons"],
             instruction_like=row["instruction_like"],
+            location=row["location"],
         )
         for row in records(reranked_df)
     ]
+
+
+def block_location(payload: Mapping[str, Any]) -> BlockLocation | None:
+    """The chunk's location from its payload; ``None`` for a store ingested before locations."""
+    location = payload.get(LOCATION_FIELD)
+    if not isinstance(location, Mapping):
+        return None
+    heading_path = [str(name) for name in payload.get(HEADING_PATH_FIELD) or ()]
+    return BlockLocation.model_validate({**location, "heading_path": heading_path})

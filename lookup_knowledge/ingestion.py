@@ -30,6 +30,8 @@ from lookup_knowledge.adapters.search import (
     DOC_CHUNKS_FIELD,
     DOC_HASH_FIELD,
     EVIDENCE_KEY_FIELD,
+    HEADING_PATH_FIELD,
+    LOCATION_FIELD,
     KnowledgeStore,
     StoredChunk,
     StoredDocument,
@@ -37,7 +39,7 @@ from lookup_knowledge.adapters.search import (
     evidence_key,
 )
 from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
-from lookup_knowledge.chunking import CHUNKING, Chunk, chunk_document
+from lookup_knowledge.chunking import CHUNKING, Chunk, SourceSpan, chunk_document
 from lookup_knowledge.config import Config
 from lookup_knowledge.instruction_flag import PAYLOAD_FIELD as INSTRUCTION_LIKE_FIELD
 from lookup_knowledge.instruction_flag import block_markers
@@ -275,7 +277,18 @@ def _payload(pending: _PendingChunk) -> dict[str, object]:
         DOC_HASH_FIELD: pending.doc_hash,
         DOC_CHUNKS_FIELD: pending.doc_chunks,
         INSTRUCTION_LIKE_FIELD: bool(block_markers(chunk.breadcrumb, chunk.content)),
+        LOCATION_FIELD: _location_payload(chunk.location),
+        HEADING_PATH_FIELD: list(chunk.heading_path),
     }
+
+
+def _location_payload(location: SourceSpan | None) -> dict[str, int | None] | None:
+    if location is None:
+        return None
+    return {
+        "start_line": location.start_line, "end_line": location.end_line,
+        "start_char": location.start_char, "end_char": location.end_char,
+    }  # fmt: skip
 
 
 def document_hash(doc: SourceDocument, config: Config, model_name: str) -> str:
@@ -283,6 +296,7 @@ def document_hash(doc: SourceDocument, config: Config, model_name: str) -> str:
     fingerprint = [
         doc.source, doc.title, doc.body, doc.format, doc.categories, doc.keywords, doc.entities,
         doc.description, doc.doc_type, config.ingest.chunk_chars, CHUNKING, model_name, SPARSE_INDEX,
+        doc.body_offset, doc.body_line,
     ]  # fmt: skip
     return hashlib.sha256(json.dumps(fingerprint, ensure_ascii=False).encode()).hexdigest()[:32]
 

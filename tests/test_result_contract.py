@@ -64,6 +64,7 @@ BLOCK_FIELDS = {
     "rank",
     "hitReasons",
     "instructionLike",
+    "location",
 }
 TRACE_FIELDS = {
     "l0Hints",
@@ -153,6 +154,9 @@ def test_evidence_block_has_every_field(results):
         assert 0.0 <= block["normalizedScore"] <= 1.0
         assert block["source"].endswith(".md")
         assert block["title"] and block["breadcrumb"] and block["content"]
+        location = block["location"]  # lines of the sample knowledge base's markdown file
+        assert 1 <= location["startLine"] <= location["endLine"]
+        assert location["endChar"] - location["startChar"] == len(block["content"])
 
 
 def test_retrieval_trace_has_every_field(results):
