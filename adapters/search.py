@@ -30,6 +30,8 @@ DOC_CHUNKS_FIELD = "doc_chunks"  # how many chunks the document's version has: i
 SOURCE_FIELD = "source"
 LOCATION_FIELD = "location"  # {start_line, end_line, start_char, end_char} of the chunk in its source
 HEADING_PATH_FIELD = "heading_path"  # the chunk's headings, outermost first
+LOCATION_FIELD = "location"  # {start_line, end_line, start_char, end_char} of the chunk in its source
+HEADING_PATH_FIELD = "heading_path"  # the chunk's headings, outermost first
 VERSION_FIELDS = (DOC_ID_FIELD, DOC_HASH_FIELD, DOC_CHUNKS_FIELD, SOURCE_FIELD)  # read by documents()
 
 DENSE_VECTOR = "dense"  # the named vectors every point carries

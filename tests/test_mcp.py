@@ -11,7 +11,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
-from test_agent_tool import KAFKA_QUERY, REFUND_QUERY
+from test_agent_lookup import KAFKA_QUERY, REFUND_QUERY
 
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.agent.lookup import TOOL_DESCRIPTION, TOOL_NAME

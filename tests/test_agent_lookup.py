@@ -1,4 +1,4 @@
-"""The agent-facing tool: its JSON-schema definition, the Python callable and recorded calls."""
+"""`agent/lookup.py`: the tool definition (JSON schema, the callable) and recorded calls."""
 
 from __future__ import annotations
 
