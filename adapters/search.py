@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .redaction import mask_secrets
-from .sparse import Bm25Encoder, SparseVector, bm25_encoder
+from .sparse import Bm25Encoder, SparseVector, bm25_encoder, holds_identifier
 
 CATEGORY_FIELD = "category"
 DOC_ID_FIELD = "doc_id"
@@ -28,8 +28,6 @@ CONTENT_FIELD = "content"
 EVIDENCE_KEY_FIELD = "evidence_key"
 DOC_CHUNKS_FIELD = "doc_chunks"  # how many chunks the document's version has: its completeness mark
 SOURCE_FIELD = "source"
-LOCATION_FIELD = "location"  # {start_line, end_line, start_char, end_char} of the chunk in its source
-HEADING_PATH_FIELD = "heading_path"  # the chunk's headings, outermost first
 LOCATION_FIELD = "location"  # {start_line, end_line, start_char, end_char} of the chunk in its source
 HEADING_PATH_FIELD = "heading_path"  # the chunk's headings, outermost first
 VERSION_FIELDS = (DOC_ID_FIELD, DOC_HASH_FIELD, DOC_CHUNKS_FIELD, SOURCE_FIELD)  # read by documents()
@@ -194,8 +192,8 @@ class SearchHit:
     not rank it in its top ``ranked_width`` (``top_k`` + :data:`TIE_SLACK`, not the wider
     prefetch). ``matched_terms``: the query terms the hit's BM25 vector holds (sparse, hybrid);
     ``exact_codes``: the query's codes (identifiers such as
-    ``INV-48213``, see :meth:`~lookup_knowledge.adapters.sparse.Bm25Encoder.query_codes`) whose
-    every part the hit's BM25 vector holds (sparse, hybrid).
+    ``INV-48213``, see :func:`~lookup_knowledge.adapters.sparse.identifiers`) that the hit's
+    content holds verbatim as whole words (sparse, hybrid; ``limit_x`` is not in ``memory_limit_x``).
     """
 
     point_id: str
@@ -454,6 +452,7 @@ class ScoredPoints:
                 )
             sparse_rank, sparse_score = self._sparse_places.get(pid, (None, None))
             held = set(vectors[SPARSE_VECTOR].indices)
+            content = (payload or {}).get(CONTENT_FIELD, "")
             hits.append(
                 hit_from_payload(
                     pid,
@@ -465,7 +464,7 @@ class ScoredPoints:
                     dense_rank=self._dense_places.get(pid),
                     sparse_rank=sparse_rank,
                     matched_terms=Bm25Encoder.matched_terms(terms, held),
-                    exact_codes=[code for code, parts in codes.items() if parts <= held],
+                    exact_codes=[code for code in codes if holds_identifier(content, code)],
                 )
             )
         return hits

@@ -142,12 +142,13 @@ def screened_df(
 
     Reasons: ``below_evidence_floor`` (under ``relative_evidence_floor`` times the query's best
     on every signal it has: the normalized dense score and, from a sparse search, the BM25
-    score), ``document_cap`` (``max_chunks_per_document`` reached), ``return_n``.
+    score), ``document_cap`` (``max_chunks_per_document`` reached: a document's places go to
+    its chunks that hold one of the query's codes first, then by score), ``return_n``.
     """
     ordered = sorted(records(candidates_df), key=lambda c: (-c["rank_score"], c["original_rank"]))
     below = _below_floor(ordered, relative_evidence_floor)
+    placed = _document_places(ordered, max_chunks_per_document)
     screened: dict[str, dict] = {}
-    per_document: Counter[str] = Counter()
     kept = 0
     for candidate in ordered:
         key = candidate["evidence_key"]
@@ -155,11 +156,9 @@ def screened_df(
             reasons = screened[key]["hit_reasons"]
             reasons += [r for r in candidate["hit_reasons"] if r not in reasons]
             continue
-        document = candidate["doc_id"] or key
-        per_document[document] += 1
         if below(candidate):
             left_out = "below_evidence_floor"
-        elif max_chunks_per_document is not None and per_document[document] > max_chunks_per_document:
+        elif key not in placed:
             left_out = "document_cap"
         elif kept >= return_n:
             left_out = "return_n"
@@ -167,6 +166,29 @@ def screened_df(
             left_out, kept = None, kept + 1
         screened[key] = {**candidate, "hit_reasons": list(candidate["hit_reasons"]), "left_out": left_out}
     return object_frame(list(screened.values()), SCREENED_COLUMNS)
+
+
+def _document_places(ordered: list[dict], max_chunks_per_document: int | None) -> set[str]:
+    """The evidence keys the per-document cap lets through: per document, its chunks holding an
+    exact code first (a question naming ``SOME_ENV_VAR`` keeps that section, not two sibling
+    ``SOME_ENV_VAR_PROTOCOL`` ones that outscore it), then the rest in score order."""
+    keys = list(dict.fromkeys(c["evidence_key"] for c in ordered))
+    if max_chunks_per_document is None:
+        return set(keys)
+    first = {c["evidence_key"]: c for c in reversed(ordered)}  # each key's best-placed copy
+    coded = {c["evidence_key"] for c in ordered if _holds_code(c)}
+    places: set[str] = set()
+    per_document: Counter[str] = Counter()
+    for key in sorted(keys, key=lambda k: k not in coded):  # stable: score order within each group
+        document = first[key]["doc_id"] or key
+        per_document[document] += 1
+        if per_document[document] <= max_chunks_per_document:
+            places.add(key)
+    return places
+
+
+def _holds_code(candidate: dict) -> bool:
+    return any(reason.startswith("exact_code:") for reason in candidate["hit_reasons"])
 
 
 def _below_floor(candidates: list[dict], relative_evidence_floor: float) -> Callable[[dict], bool]:
