@@ -12,7 +12,7 @@ from lookup_knowledge.adapters.sparse import SparseVector, bm25_encoder
 from lookup_knowledge.contract import L0Hints
 
 
-@config.when_not(l1_enabled=False)
+@config.when(l1_enabled=True)
 def query_vector(query: str, embedder: Embedder) -> np.ndarray:
     """The query's unit-length embedding."""
     return embedder.embed_query(query)

@@ -180,7 +180,7 @@ def _ask_one(request: SearchRequest, search_port: KnowledgeSearchPort) -> Search
         return SearchAnswer(error=_error(exc))
 
 
-@config.when_not(l1_enabled=False)
+@config.when(l1_enabled=True)
 def l1_requests(
     search_request: SearchRequest,
     category_filter: str | None,
@@ -196,7 +196,7 @@ def l1_requests(
     return [filtered, replace(search_request, category=None)]
 
 
-@config.when_not(l1_enabled=False)
+@config.when(l1_enabled=True)
 def l1_answers(l1_requests: list[SearchRequest], search_port: KnowledgeSearchPort) -> list[SearchAnswer]:
     """The store's answer to each request: several as one batch.
 
@@ -216,7 +216,7 @@ def l1_answers(l1_requests: list[SearchRequest], search_port: KnowledgeSearchPor
         return [_ask_one(filtered, search_port), alone]
 
 
-@config.when_not(l1_enabled=False)
+@config.when(l1_enabled=True)
 def l1_searches(
     l1_requests: list[SearchRequest], l1_answers: list[SearchAnswer], min_evidence_score: float
 ) -> list[SearchAttempt]:
@@ -227,7 +227,7 @@ def l1_searches(
     ]
 
 
-@config.when_not(l1_enabled=False)
+@config.when(l1_enabled=True)
 def filtered_hits(l1_searches: list[SearchAttempt]) -> SearchAttempt:
     """The search with the category filter when there is one (else the plain search)."""
     return l1_searches[0]
@@ -246,7 +246,7 @@ def _threshold_verdict(
     return "filtered_top_at_threshold", None
 
 
-@config.when_not(l1_enabled=False)
+@config.when(l1_enabled=True)
 def unfiltered_hits(
     l1_searches: list[SearchAttempt],
     l1_requests: list[SearchRequest],
@@ -300,7 +300,7 @@ def _decision_values(filtered: SearchAttempt, unfiltered: SearchAttempt | None) 
     )
 
 
-@config.when_not(l1_enabled=False)
+@config.when(l1_enabled=True)
 def fallback_decision(
     filtered_hits: SearchAttempt,
     unfiltered_hits: SearchAttempt | None,
@@ -335,7 +335,7 @@ def fallback_decision(
     return decide("filtered", "filter_holds_up")
 
 
-@config.when_not(l1_enabled=False)
+@config.when(l1_enabled=True)
 def retrieval_attempts(
     filtered_hits: SearchAttempt, unfiltered_hits: SearchAttempt | None, fallback_decision: FallbackDecision
 ) -> list[SearchAttempt]:
