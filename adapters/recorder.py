@@ -2,7 +2,9 @@
 
 SQLAlchemy Core over SQLite (the default: a file under the store path) or PostgreSQL (by URL).
 The schema is created on first use and versioned in a ``schema_version`` table, so a later
-release can migrate an existing database instead of failing on it.
+release can migrate an existing database instead of failing on it. Version 2 adds
+``returned_evidence``: per call, the blocks returned (key, content hash, content, source), what
+``verify_answer`` checks an answer's citations and quotes against.
 
 >>> recorder = InvocationRecorder("sqlite:////tmp/kb/invocations.sqlite")  # doctest: +SKIP
 >>> row_id = recorder.record(Invocation("s1", "lookup_knowledge", "refunds?", "evidence", 2,  # doctest: +SKIP
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -40,6 +42,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import URL, Connection, Engine, make_url
@@ -47,7 +50,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from .redaction import mask_secrets
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent writers wait for the lock instead of failing
 CONNECT_TIMEOUT_S = 2.0  # an unreachable server must not stall an agent's lookup for long
 RETRY_AFTER_S = 30.0  # after a failure, calls fail fast this long (doubling, up to MAX_RETRY_AFTER_S)
@@ -69,6 +72,8 @@ tool_invocation = Table(
     Column("fallback_reason", String(64)),
     Column("latency_ms", Float, nullable=False),
     Column("retrieval_details", JSON().with_variant(JSONB(), "postgresql"), nullable=False),
+    # schema version 2: [{key, sha256, content, source, ...}] of the blocks this call returned
+    Column("returned_evidence", JSON().with_variant(JSONB(), "postgresql")),
     Index("ix_tool_invocation_session", "session_id", "id"),
 )
 
@@ -79,8 +84,15 @@ schema_version_table = Table(
     Column("applied_at", DateTime(timezone=True), nullable=False),
 )
 
+
+def _add_returned_evidence(connection: Connection) -> None:
+    """Schema 2: the ``returned_evidence`` column (null on the rows written before it)."""
+    column_type = "JSONB" if connection.dialect.name == "postgresql" else "JSON"
+    connection.execute(text(f"ALTER TABLE tool_invocation ADD COLUMN returned_evidence {column_type}"))
+
+
 # version -> the step that upgrades a database from ``version - 1``; version 1 is the initial schema.
-_MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+_MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _add_returned_evidence}
 
 
 class RecorderUnavailableError(RuntimeError):
@@ -139,6 +151,7 @@ class Invocation:
     fallback_reason: str | None
     latency_ms: float
     retrieval_details: dict[str, Any]
+    returned_evidence: list[dict[str, Any]] | None = None
     id: int | None = None
     created_at: datetime | None = None
 
@@ -204,6 +217,31 @@ class InvocationRecorder:
         with self._connect() as connection:
             rows = connection.execute(query).all()
         return [_invocation(row) for row in reversed(rows)]
+
+    def session_evidence(self, session_id: str) -> list[Invocation]:
+        """The session's ``lookup_knowledge`` rows that returned evidence, oldest first."""
+        query = (
+            select(tool_invocation)
+            .where(tool_invocation.c.session_id == session_id)
+            .where(tool_invocation.c.tool_name == "lookup_knowledge")
+            .where(tool_invocation.c.evidence_count > 0)
+            .order_by(tool_invocation.c.id)
+        )
+        with self._connect() as connection:
+            return [_invocation(row) for row in connection.execute(query).all()]
+
+    def returned_anywhere(self, keys: Iterable[str]) -> set[str]:
+        """Those of ``keys`` some recorded call (of any session) returned."""
+        wanted = set(keys)
+        if not wanted:
+            return set()
+        query = select(tool_invocation.c.returned_evidence).where(
+            tool_invocation.c.returned_evidence.is_not(None)
+        )
+        # a per-key JSON containment query differs per backend; rows are scanned, keys matched here
+        with self._connect() as connection:
+            rows = connection.execute(query).scalars()
+            return {entry["key"] for row in rows for entry in row or [] if entry.get("key") in wanted}
 
     def get(self, invocation_id: int) -> Invocation | None:
         """One row by id, or ``None``."""

@@ -15,6 +15,7 @@ from test_agent_lookup import KAFKA_QUERY, REFUND_QUERY
 
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.agent.lookup import TOOL_DESCRIPTION, TOOL_NAME
+from lookup_knowledge.agent.verify import VERIFY_DESCRIPTION, VERIFY_TOOL_NAME
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
 STARTUP_TIMEOUT_S = 180  # the server imports torch and loads the model on a busy 2-core machine
@@ -38,7 +39,9 @@ def _contract(result: CallToolResult) -> dict[str, Any]:
 
 async def _first_connection(store: Path) -> dict[str, Any]:
     async with _server(store) as client:
-        [tool] = (await client.list_tools()).tools
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert sorted(tools) == [TOOL_NAME, VERIFY_TOOL_NAME]
+        tool = tools[TOOL_NAME]
         refund = await client.call_tool(TOOL_NAME, {"query": REFUND_QUERY})
         empty = await client.call_tool(TOOL_NAME, {"query": ""})
         kafka = await client.call_tool(TOOL_NAME, {"query": KAFKA_QUERY})
@@ -96,3 +99,59 @@ def test_mcp_round_trip_over_stdio(sample_store: Path) -> None:
     sessions = [row.session_id for row in rows]
     assert sessions[0] == sessions[1] == sessions[2] != sessions[3]
     assert all(session and session.startswith("mcp-") for session in sessions)
+
+
+async def _verify_connections(store: Path) -> dict[str, Any]:
+    """One connection looks up and verifies answers with each fault; another session's keys come
+    from a second connection."""
+    async with _server(store) as client:
+        kafka = _contract(await client.call_tool(TOOL_NAME, {"query": KAFKA_QUERY}))
+    async with _server(store) as client:
+        verify_tool = next(t for t in (await client.list_tools()).tools if t.name == VERIFY_TOOL_NAME)
+        refund = _contract(await client.call_tool(TOOL_NAME, {"query": REFUND_QUERY}))
+        first, second = refund["evidenceBlocks"][:2]
+        quote = " ".join(first["content"].split()[2:8])
+        other = " ".join(second["content"].split()[2:8])
+        answers = {
+            "ok": f'Approval: "{quote}" [{first["evidenceKey"]}].',
+            "altered": f'Approval: "{quote} indeed" [{first["evidenceKey"]}].',
+            "other_block": f'Approval: "{other}" [{first["evidenceKey"]}].',
+            "other_session": f"Lag: [{kafka['evidenceBlocks'][0]['evidenceKey']}].",
+            "never_returned": f"Approval: [{first['docId']}#chunk-99].",
+            "fabricated": "Approval: [refund-handbook-2031#chunk-0].",
+        }
+        verdicts = {}
+        for name, answer in answers.items():
+            verdicts[name] = _contract(await client.call_tool(VERIFY_TOOL_NAME, {"answer": answer}))
+    return {
+        "tool": verify_tool,
+        "verdicts": verdicts,
+        "other_in_first": other in " ".join(first["content"].split()),
+    }
+
+
+@pytest.mark.slow  # two CLI processes that load the model
+def test_verify_answer_over_stdio_flags_each_fault(sample_store: Path) -> None:
+    seen = anyio.run(_verify_connections, sample_store)
+    assert seen["tool"].description == VERIFY_DESCRIPTION
+    assert seen["tool"].input_schema["required"] == ["answer"]
+    expected = {
+        "ok": "ok",
+        "altered": "quote_mismatch",
+        "other_block": "ok" if seen["other_in_first"] else "quote_mismatch",
+        "other_session": "not_returned",
+        "never_returned": "not_returned",
+        "fabricated": "unknown_key",
+    }
+    for name, verdict in seen["verdicts"].items():
+        assert [c["status"] for c in verdict["citations"]] == [expected[name]], name
+        assert verdict["verified"] is (expected[name] == "ok")
+        assert verdict["invocationRecord"]["written"] is True
+    recorder = InvocationRecorder(f"sqlite:///{sample_store}/invocations.sqlite")
+    rows = recorder.list(last=50)
+    recorder.close()
+    verify_rows = [row for row in rows if row.tool_name == VERIFY_TOOL_NAME]
+    assert len(verify_rows) == len(expected)
+    assert {row.session_id for row in verify_rows} == {
+        rows[-len(expected) - 1].session_id
+    }  # the lookup's session

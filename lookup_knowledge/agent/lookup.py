@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 from lookup_knowledge.adapters.recorder import (
@@ -30,6 +30,14 @@ from lookup_knowledge.adapters.recorder import (
 )
 from lookup_knowledge.adapters.search import first_line
 from lookup_knowledge.agent.tool import KnowledgeTool, plain_string, session_key
+from lookup_knowledge.agent.verify import (
+    CITATION_PATTERN,
+    VERIFY_TOOL_NAME,
+    AnswerVerdict,
+    ReturnedBlock,
+    block_record,
+    verify_answer,
+)
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import InvocationRecordStatus, LookupResult, evidence_domains
 
@@ -210,6 +218,28 @@ class AgentLookup:
         lookup_knowledge.__doc__ = f"{TOOL_DESCRIPTION}\n\nArgs:\n    query: {QUERY_DESCRIPTION}\n"
         return lookup_knowledge
 
+    def verify_answer(
+        self,
+        answer: str,
+        session_id: str,
+        *,
+        check_uncited: bool = False,
+        citation_pattern: str = CITATION_PATTERN,
+    ) -> AnswerVerdict:
+        """Check ``answer`` against what this session's recorded lookups returned and record the
+        verdict (:func:`verify_in_session`). Raises :class:`RecorderUnavailableError` when there is
+        no record to read."""
+        if self.recorder is None:
+            raise RecorderUnavailableError("verify_answer needs the invocation record (recording is off)")
+        return verify_in_session(
+            answer,
+            session_id,
+            self.recorder,
+            self.tool.l0_index.documents,
+            check_uncited=check_uncited,
+            citation_pattern=citation_pattern,
+        )
+
     def _recorded_session_domains(self, session_id: str | None) -> list[str] | None:
         """The session's domains from the record; ``None`` (use the tool's memory) without one."""
         if session_id is None:
@@ -251,6 +281,7 @@ def invocation_row(query: Any, session_id: str | None, result: LookupResult, lat
         fallback_reason=trace.fallback_reason if trace else None,
         latency_ms=round(latency_ms, 3),
         retrieval_details=retrieval_details(result),
+        returned_evidence=[block_record(block).to_record() for block in result.evidence_blocks],
     )
 
 
@@ -299,6 +330,56 @@ def retrieval_details(result: LookupResult) -> dict[str, Any]:
         "executedNodes": dump(trace, include={"executed_nodes"})["executedNodes"] if trace else [],
         "coldStartMs": trace.cold_start_ms if trace else None,
     }
+
+
+def verify_in_session(
+    answer: str,
+    session_id: str,
+    recorder: InvocationRecorder,
+    doc_ids: Container[str] = (),
+    *,
+    check_uncited: bool = False,
+    citation_pattern: str = CITATION_PATTERN,
+) -> AnswerVerdict:
+    """``verify_answer`` against the blocks the record says ``session_id``'s lookups returned; a
+    key not returned is ``not_returned`` when another session got it or ``doc_ids`` (the L0 index)
+    holds its document, else ``unknown_key``. The verdict is recorded as a ``verify_answer`` row of
+    the session (``invocationRecord`` says whether that worked). Raises
+    :class:`RecorderUnavailableError` when the record cannot be read."""
+    session_id = session_key(session_id)
+    started = time.perf_counter()
+    rows = recorder.session_evidence(session_id)
+    returned = [ReturnedBlock.from_record(e, row.id) for row in rows for e in row.returned_evidence or []]
+
+    def known_keys(keys: set[str]) -> set[str]:
+        in_base = {key for key in keys if key.rsplit("#chunk-", 1)[0] in doc_ids}
+        return in_base | recorder.returned_anywhere(keys - in_base)
+
+    verdict = verify_answer(
+        answer,
+        returned=returned,
+        known_keys=known_keys,
+        check_uncited=check_uncited,
+        citation_pattern=citation_pattern,
+        session_id=session_id,
+    )
+    row = Invocation(
+        session_id=session_id,
+        tool_name=VERIFY_TOOL_NAME,
+        input=answer,
+        status="verified" if verdict.verified else "not_verified",
+        evidence_count=len(verdict.citations),
+        retrieval_layer=None,
+        fallback_reason=None,
+        latency_ms=round((time.perf_counter() - started) * 1000, 3),
+        retrieval_details=verdict.model_dump(by_alias=True, mode="json", exclude={"invocation_record"}),
+    )
+    try:
+        status = InvocationRecordStatus(written=True, id=recorder.record(row))
+    except RecorderUnavailableError as exc:  # the verdict stands without its row
+        logger.warning("verify_answer call not recorded: %s", exc)
+        status = InvocationRecordStatus(written=False, error=str(exc))
+    return verdict.model_copy(update={"invocation_record": status})
 
 
 def with_record_status(result: LookupResult, status: InvocationRecordStatus) -> LookupResult:

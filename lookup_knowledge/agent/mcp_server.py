@@ -40,12 +40,20 @@ from mcp.types import (
 )
 from pydantic import ConfigDict, Field, ValidationError
 
+from lookup_knowledge.adapters.recorder import RecorderUnavailableError
 from lookup_knowledge.agent.lookup import (
     QUERY_DESCRIPTION,
     TOOL_DESCRIPTION,
     TOOL_NAME,
     AgentLookup,
     new_session_id,
+)
+from lookup_knowledge.agent.verify import (
+    ANSWER_DESCRIPTION,
+    UNCITED_DESCRIPTION,
+    VERIFY_DESCRIPTION,
+    VERIFY_TOOL_NAME,
+    AnswerVerdict,
 )
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult
@@ -55,12 +63,14 @@ logger = logging.getLogger(__name__)
 SERVER_NAME = "lookup-knowledge"
 INSTRUCTIONS = (
     "Evidence-first knowledge retrieval. Call lookup_knowledge(query) when an answer depends on "
-    "the knowledge base, and cite the evidenceKey of every block you use."
+    "the knowledge base, and cite the evidenceKey of every block you use. Before answering, call "
+    "verify_answer(answer) with your draft and repair what it flags."
 )
 
 
 def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer:
-    """An MCP server exposing ``lookup_knowledge(query)``; its calls share ``session_id`` (default: fresh)."""
+    """An MCP server exposing ``lookup_knowledge(query)`` and ``verify_answer(answer)``; their calls
+    share ``session_id`` (default: fresh)."""
     session = session_id or new_session_id("mcp")
 
     def lookup_knowledge(
@@ -74,12 +84,28 @@ def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer
             is_error=result.evidence_status == "invalid_input",
         )
 
-    tool = _closed_arguments(
-        Tool.from_function(lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION)
-    )
-    return MCPServer(
-        SERVER_NAME, instructions=INSTRUCTIONS, version=version("lookup-knowledge"), tools=[tool]
-    )
+    def verify_answer(
+        answer: Annotated[str, Field(description=ANSWER_DESCRIPTION)],
+        check_uncited: Annotated[bool, Field(description=UNCITED_DESCRIPTION)] = False,
+    ) -> Annotated[CallToolResult, AnswerVerdict]:
+        try:
+            verdict = agent.verify_answer(answer, session, check_uncited=check_uncited)
+        except RecorderUnavailableError as exc:  # nothing to verify against: say so, serve on
+            message = f"verify_answer needs the invocation record: {exc}"
+            return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+        payload = verdict.model_dump(by_alias=True, mode="json")
+        return CallToolResult(
+            content=[TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
+            structured_content=payload,
+        )
+
+    tools = [
+        _closed_arguments(Tool.from_function(lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION)),
+        _closed_arguments(
+            Tool.from_function(verify_answer, name=VERIFY_TOOL_NAME, description=VERIFY_DESCRIPTION)
+        ),
+    ]
+    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=version("lookup-knowledge"), tools=tools)
 
 
 def _closed_arguments(tool: Tool) -> Tool:

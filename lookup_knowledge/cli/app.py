@@ -202,6 +202,61 @@ def _record_unrun(settings: Config, text: str, session: str | None, result: Look
         recorder.close()
 
 
+@app.command("verify")
+def verify_command(
+    answer_file: Annotated[
+        Path | None, typer.Argument(metavar="[FILE]", help="The answer to check (default: stdin).")
+    ] = None,
+    session: Annotated[str, typer.Option("--session", help="The session whose lookups it cites.")] = "",
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+    check_uncited: Annotated[
+        bool, typer.Option("--uncited", help="Also flag sentences without a citation.")
+    ] = False,
+    citation_pattern: Annotated[
+        str | None,
+        typer.Option("--citation-pattern", help="Regex with a `key` group (default: bare or [key])."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print exactly the verdict JSON.")] = False,
+) -> None:
+    """Check an answer's citations and quotes against what the session's lookups returned;
+    exit 0 when verified, 1 when not."""
+    from lookup_knowledge.adapters.l0_index import L0Index, L0IndexError
+    from lookup_knowledge.agent.lookup import verify_in_session
+    from lookup_knowledge.agent.verify import CITATION_PATTERN
+
+    if not session:
+        _fail("--session is required: the session whose lookups the answer cites")
+    try:
+        answer = answer_file.read_text(encoding="utf-8") if answer_file else sys.stdin.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"cannot read the answer: {exc}")
+    settings = _config(config, overrides)
+    recorder = build_recorder(settings)
+    try:
+        doc_ids = L0Index.load(l0_index_path(settings)).documents
+        pattern = citation_pattern or CITATION_PATTERN
+        verdict = verify_in_session(
+            answer, session, recorder, doc_ids, check_uncited=check_uncited, citation_pattern=pattern
+        )
+    except (RecorderUnavailableError, L0IndexError) as exc:
+        _fail(str(exc), code=2)
+    finally:
+        recorder.close()
+    if as_json:
+        _print_json(verdict.model_dump(by_alias=True, mode="json"))
+    else:
+        for citation in verdict.citations:
+            colour = "green" if citation.status == "ok" else "red"
+            line = f"[{colour}]{citation.status}[/] {escape(citation.evidence_key)} {escape(citation.detail)}"
+            console.print(line, highlight=False, soft_wrap=True)
+        for sentence in verdict.uncited_sentences:
+            console.print(f"[yellow]uncited[/] {escape(sentence)}", highlight=False, soft_wrap=True)
+        console.print(escape(verdict.message), highlight=False, soft_wrap=True)
+    if not verdict.verified:
+        raise typer.Exit(1)
+
+
 @app.command("info")
 def info_command(
     config: ConfigOption = None,
