@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lookup_knowledge.agent.lookup import AgentLookup, tool_definition
     from lookup_knowledge.agent.tool import KnowledgeTool
+    from lookup_knowledge.agent.verify import AnswerVerdict, verify_answer
     from lookup_knowledge.config import Config, ConfigError, load_config
     from lookup_knowledge.contract import EvidenceBlock, LookupResult
     from lookup_knowledge.ingestion import IngestReport, ingest
 
 __all__ = [
     "AgentLookup",
+    "AnswerVerdict",
     "Config",
     "ConfigError",
     "EvidenceBlock",
@@ -29,6 +31,7 @@ __all__ = [
     "load_config",
     "sample_knowledge_base",
     "tool_definition",
+    "verify_answer",
 ]
 _HOMES = {
     "AgentLookup": "agent.lookup",
@@ -41,6 +44,8 @@ _HOMES = {
     "IngestReport": "ingestion",
     "ingest": "ingestion",
     "KnowledgeTool": "agent.tool",
+    "AnswerVerdict": "agent.verify",
+    "verify_answer": "agent.verify",
 }
 
 

@@ -14,6 +14,7 @@ import lookup_knowledge
 def test_exported_names_are_pinned() -> None:
     assert lookup_knowledge.__all__ == [
         "AgentLookup",
+        "AnswerVerdict",
         "Config",
         "ConfigError",
         "EvidenceBlock",
@@ -24,6 +25,7 @@ def test_exported_names_are_pinned() -> None:
         "load_config",
         "sample_knowledge_base",
         "tool_definition",
+        "verify_answer",
     ]
 
 
