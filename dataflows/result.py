@@ -13,6 +13,7 @@ from lookup_knowledge.contract import (
     EvidenceBlock,
     EvidenceCuts,
     EvidenceStatus,
+    EvidenceVerdictTrace,
     FallbackDecisionTrace,
     L0Hints,
     LookupResult,
@@ -24,13 +25,19 @@ from lookup_knowledge.contract import (
 )
 from lookup_knowledge.frames import records
 
+from .abstention import EvidenceVerdict
 from .retrieval import FallbackDecision, HybridFusion, SearchAttempt
 
-HIGH_RELEVANCE = 0.6
+MEDIUM_AGREEMENT = 3  # medium: both searches rank the top hit within this place (docs/trust.md)
+HIGH_MARGIN, MEDIUM_MARGIN = 4.0, 3.0  # dense mode (no BM25 leg): levels by the verdict's margin
+SIMILAR_SHARE = 0.9  # a cut chunk within this share of the weakest returned block is of similar strength
+MAX_NAMED_DOCUMENTS = 3  # documents a partial hint names
 
 MESSAGES = {
     "no_evidence": "No knowledge evidence was found for this query: the knowledge base has "
     "nothing usable on it.",
+    "implausible": "No knowledge evidence was found for this query: the nearest passages in the "
+    "knowledge base do not plausibly answer it.",
     "retrieval_failed": "Knowledge retrieval failed: every search raised an error. This is an "
     "outage, not an empty knowledge base; retry later.",
     "l1_disabled": "No knowledge evidence: L1 retrieval is disabled by configuration. L0 hints "
@@ -39,15 +46,36 @@ MESSAGES = {
 
 
 def evidence_status(
-    retrieval_attempts: list[SearchAttempt], evidence_blocks: list[EvidenceBlock]
+    retrieval_attempts: list[SearchAttempt],
+    evidence_blocks: list[EvidenceBlock],
+    evidence_verdict: EvidenceVerdict,
 ) -> EvidenceStatus:
-    """``evidence``; ``retrieval_failed`` when every search raised (an outage, not an empty
-    knowledge base); else ``no_evidence``."""
-    if evidence_blocks:
+    """``evidence`` when blocks survived and plausibly answer the question; ``retrieval_failed``
+    when every search raised (an outage, not an empty knowledge base); else ``no_evidence``."""
+    if evidence_blocks and evidence_verdict.plausible:
         return "evidence"
     if retrieval_attempts and all(a.error is not None for a in retrieval_attempts):
         return "retrieval_failed"
     return "no_evidence"
+
+
+def _verdict_trace(verdict: EvidenceVerdict) -> EvidenceVerdictTrace:
+    return EvidenceVerdictTrace(
+        plausible=verdict.plausible,
+        reason=verdict.reason,
+        margin=verdict.margin,
+        dense_top=verdict.dense_top,
+        dense_percentile=verdict.dense_percentile,
+        null_median=verdict.null_median,
+        null_p90=verdict.null_p90,
+        probes=verdict.probes,
+        lexical_coverage=verdict.lexical_coverage,
+        query_terms=list(verdict.query_terms),
+        matched_terms=list(verdict.matched_terms),
+        top_dense_rank=verdict.top_dense_rank,
+        top_sparse_rank=verdict.top_sparse_rank,
+        strictness=verdict.strictness,
+    )
 
 
 def _decision_trace(decision: FallbackDecision) -> FallbackDecisionTrace:
@@ -79,6 +107,7 @@ def retrieval_trace(
     max_chunks_per_document: int | None,
     relative_evidence_floor: float,
     evidence_cuts: EvidenceCuts,
+    evidence_verdict: EvidenceVerdict,
     retrieval_mode: str = "dense",
     hybrid_fusion: HybridFusion | None = None,
 ) -> RetrievalTrace:
@@ -115,6 +144,7 @@ def retrieval_trace(
         retrieval_layer=layer,
         relative_evidence_floor=relative_evidence_floor,
         evidence_cuts=evidence_cuts,
+        evidence_verdict=_verdict_trace(evidence_verdict) if retrieval_attempts else None,
     )
 
 
@@ -136,36 +166,69 @@ def rerank_trace(reranked_df: pd.DataFrame, rerank_weights: RerankConfig) -> Rer
     return RerankTrace(weights=rerank_weights.model_dump(), entries=entries)
 
 
-def relevance_level(evidence_blocks: list[EvidenceBlock], reference_threshold: float) -> RelevanceLevel:
-    """``high``/``medium``/``low`` by the best normalized score; ``none`` without evidence."""
-    if not evidence_blocks:
+def relevance_level(
+    evidence_status: EvidenceStatus, evidence_verdict: EvidenceVerdict, retrieval_mode: str = "dense"
+) -> RelevanceLevel:
+    """``high`` when the dense and the BM25 search both rank the top hit first, ``medium`` when
+    both rank it in their top :data:`MEDIUM_AGREEMENT`, else ``low`` (dense mode: by the
+    margin); ``none`` without evidence. Measured meanings in ``docs/trust.md``."""
+    if evidence_status != "evidence":
         return "none"
-    top = max(block.normalized_score for block in evidence_blocks)
-    if top >= HIGH_RELEVANCE:
-        return "high"
-    return "medium" if top >= reference_threshold else "low"
+    verdict = evidence_verdict
+    if retrieval_mode == "dense":  # one search: no agreement to read
+        margin = verdict.margin if verdict.margin is not None else HIGH_MARGIN
+        return "high" if margin >= HIGH_MARGIN else "medium" if margin >= MEDIUM_MARGIN else "low"
+    places = (verdict.top_dense_rank, verdict.top_sparse_rank)
+    if None in places:
+        return "low"
+    worst = max(place for place in places if place is not None)
+    return "high" if worst == 1 else "medium" if worst <= MEDIUM_AGREEMENT else "low"
 
 
 def completeness_hint(
-    evidence_blocks: list[EvidenceBlock], evidence_cuts: EvidenceCuts, context_pack: ContextPack
+    evidence_status: EvidenceStatus,
+    evidence_blocks: list[EvidenceBlock],
+    screened_df: pd.DataFrame,
+    context_pack: ContextPack,
 ) -> str:
-    """Whether the agent sees every chunk that qualified as evidence (scored above the evidence
-    floor), and if not, how many were cut and by what."""
-    if not evidence_blocks:
+    """Whether the blocks hold all the evidence of their strength (``complete``), or more chunks
+    of similar strength were cut, and in which documents (``partial``); ``none`` without evidence."""
+    if evidence_status != "evidence":
         return "none: no evidence was returned"
-    cuts = []
-    if evidence_cuts.return_n:
-        cuts.append(f"{_count(evidence_cuts.return_n, 'more qualifying chunk')} cut by return_n")
-    if evidence_cuts.document_cap:
-        better = len(evidence_cuts.capped_above_returned)
-        note = f" ({better} scoring above a returned block)" if better else ""
-        cuts.append(f"{_count(evidence_cuts.document_cap, 'chunk')} cut by the per-document cap{note}")
+    similar, weaker = _cut_chunks(screened_df)
+    notes = []
+    if similar:
+        documents = list(dict.fromkeys(row["doc_id"] or row["evidence_key"] for row in similar))
+        named = ", ".join(documents[:MAX_NAMED_DOCUMENTS])
+        others = len(documents) - MAX_NAMED_DOCUMENTS
+        more = f" and {others} more" if others > 0 else ""
+        notes.append(
+            f"{_count(len(similar), 'more chunk')} of similar strength in {named}{more} "
+            "(raise return_n or look them up)"
+        )
     summary = context_pack.summary
     if summary.omitted_sources or summary.partially_included_sources or _truncated(context_pack):
-        cuts.append("the context pack truncated or omitted evidence to fit its budget")
-    if cuts:
-        return "partial: " + "; ".join(cuts)
-    return f"complete: all {_count(len(evidence_blocks), 'qualifying chunk')} returned and packed in full"
+        notes.append("the context pack truncated or omitted evidence to fit its budget")
+    if notes:
+        return "partial: " + "; ".join(notes)
+    one = len(evidence_blocks) == 1
+    returned = "the returned block" if one else f"the {len(evidence_blocks)} returned blocks"
+    if weaker:
+        holds = "holds" if one else "hold"
+        return f"complete: {returned} {holds} the strongest evidence; {len(weaker)} more found score lower"
+    return f"complete: {returned} {'is' if one else 'are'} all the evidence found, packed in full"
+
+
+def _cut_chunks(screened_df: pd.DataFrame) -> tuple[list[dict], list[dict]]:
+    """Chunks cut by ``return_n`` or the per-document cap: those of similar strength to the
+    returned blocks (at least :data:`SIMILAR_SHARE` of the weakest one's rank score), and the rest."""
+    rows = records(screened_df)
+    kept = [row["rank_score"] for row in rows if row["left_out"] is None]
+    if not kept:
+        return [], []
+    bar = SIMILAR_SHARE * min(kept)
+    cut = [row for row in rows if row["left_out"] in ("return_n", "document_cap")]
+    return [row for row in cut if row["rank_score"] >= bar], [row for row in cut if row["rank_score"] < bar]
 
 
 def _truncated(context_pack: ContextPack) -> bool:
@@ -203,6 +266,8 @@ def lookup_result(
         )
     elif not retrieval_trace.attempts:
         message = MESSAGES["l1_disabled"]
+    elif evidence_blocks:  # blocks survived the floors but do not plausibly answer the question
+        message = MESSAGES["implausible"]
     else:
         message = MESSAGES[evidence_status]
     if evidence_status == "retrieval_failed":  # the first error says what failed: down, missing, corrupt
@@ -211,7 +276,7 @@ def lookup_result(
         query=query,
         found=found,
         evidence_status=evidence_status,
-        evidence_blocks=evidence_blocks,
+        evidence_blocks=evidence_blocks if found else [],
         context_pack=context_pack if found else None,
         retrieval_trace=retrieval_trace,
         rerank_trace=rerank_trace if found else None,

@@ -123,6 +123,11 @@ class ContextConfig(_Section):
     hit_reasons: bool = False
 
 
+class AbstentionConfig(_Section):
+    enabled: bool = True
+    strictness: float = Field(1.5, ge=0.0, le=20.0)
+
+
 class RecorderConfig(_Section):
     url: str | None = None
     timeout_s: float = Field(2.0, gt=0, le=60)
@@ -168,6 +173,7 @@ class Config(_Section):
     retrieval: RetrievalConfig = RetrievalConfig()
     rerank: RerankConfig = RerankConfig()
     context: ContextConfig = ContextConfig()
+    abstention: AbstentionConfig = AbstentionConfig()
     recorder: RecorderConfig = RecorderConfig()
     tracing: TracingConfig = TracingConfig()
 

@@ -16,6 +16,7 @@ FallbackReason = Literal[
     "filtered_vector_no_evidence", "filtered_vector_low_quality", "filtered_vector_error"
 ]
 RelevanceLevel = Literal["high", "medium", "low", "none"]
+VerdictReason = Literal["no_candidates", "exact_code", "plausible", "below_probe_null", "no_shared_terms"]
 FallbackRule = Literal["relative", "threshold"]
 DecisionRule = Literal[
     "no_filter",  # one unfiltered search: nothing to decide
@@ -205,6 +206,36 @@ class InvocationRecordStatus(ContractModel):
     error: str | None = None
 
 
+class EvidenceVerdictTrace(ContractModel):
+    """What the abstention verdict read and decided (``docs/trust.md``)."""
+
+    plausible: bool = Field(description="whether the hits plausibly answer the question (else no_evidence)")
+    reason: VerdictReason = Field(
+        description="no_candidates: no hit passed the evidence floors; below_probe_null: margin under "
+        "strictness; no_shared_terms: the best hits hold none of the query's terms; exact_code: a hit "
+        "holds a code of the query verbatim"
+    )
+    margin: float | None = Field(
+        description="how far dense_top lies above the store's probe median, in units of the probes' "
+        "spread (median to 90th percentile); evidence needs at least strictness"
+    )
+    dense_top: float | None = Field(description="the best normalized (dense) score among the candidates")
+    dense_percentile: float | None = Field(
+        description="share of the store's probe questions (it cannot answer) scoring below dense_top"
+    )
+    null_median: float | None = Field(description="the probes' median top score on this store")
+    null_p90: float | None = Field(description="the top score nine in ten probes stay under")
+    probes: int = Field(description="probe questions in the store's null distribution (the query's script)")
+    lexical_coverage: float | None = Field(
+        description="share of the query's terms the best three hits hold (sparse, hybrid; None in dense mode)"
+    )
+    query_terms: list[str] = Field(description="the query's informative terms (stop words removed)")
+    matched_terms: list[str] = Field(description="those the best hits hold")
+    top_dense_rank: int | None = Field(description="top hit's place in the dense search (None: not in it)")
+    top_sparse_rank: int | None = Field(description="its place in the BM25 search (None: not in it)")
+    strictness: float = Field(description="the margin needed (abstention.strictness)")
+
+
 class RetrievalTrace(ContractModel):
     retrieval_mode: Literal["dense", "sparse", "hybrid"] = "dense"
     fusion: Literal["rrf", "dbsf"] | None = Field(
@@ -223,6 +254,9 @@ class RetrievalTrace(ContractModel):
     retrieval_layer: Literal["L0+L1", "L1"]
     relative_evidence_floor: float = 0.0
     evidence_cuts: EvidenceCuts = Field(default_factory=EvidenceCuts)
+    evidence_verdict: EvidenceVerdictTrace | None = Field(
+        None, description="whether the candidates plausibly answer the question, and what that read"
+    )
     executed_nodes: list[NodeTiming] = Field(default_factory=list)
     cold_start_ms: float | None = Field(
         None,

@@ -17,15 +17,17 @@ from hamilton.lifecycle import NodeExecutionHook, ResultBuilder
 from lookup_knowledge.config import Config, RetrievalConfig
 from lookup_knowledge.contract import LookupResult, NodeTiming
 from lookup_knowledge.dataflows import (
+    abstention,
     context,
     postprocessing,
     query_understanding,
     result,
     retrieval,
 )
+from lookup_knowledge.dataflows.abstention import AbstentionPolicy
 from lookup_knowledge.dataflows.retrieval import FallbackPolicy, HybridFusion
 
-DATAFLOW_MODULES = (query_understanding, retrieval, postprocessing, context, result)
+DATAFLOW_MODULES = (query_understanding, retrieval, postprocessing, abstention, context, result)
 FINAL_NODE = "lookup_result"
 REQUEST_NODE = "l1_requests"  # what to ask the store; ``l1_answers`` asks it
 ANSWER_NODE = "l1_answers"
@@ -146,4 +148,5 @@ def settings_inputs(config: Config) -> dict[str, Any]:
         "rerank_weights": config.rerank,
         "context_budget_chars": config.context.budget_chars,
         "context_hit_reasons": config.context.hit_reasons,
+        "abstention_policy": AbstentionPolicy(config.abstention.enabled, config.abstention.strictness),
     }

@@ -24,14 +24,6 @@ from hamilton import driver as hamilton_driver
 from lookup_knowledge import ingest, load_config
 from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
 from lookup_knowledge.agent.tool import KnowledgeTool
-from lookup_knowledge.contract import (
-    CappedChunk,
-    ContextPack,
-    ContextPackSummary,
-    EvidenceBlock,
-    EvidenceCuts,
-)
-from lookup_knowledge.dataflows.result import completeness_hint
 
 TOP_LEVEL = {
     "found",
@@ -372,41 +364,7 @@ def test_injected_port_of_the_wrong_type_fails_when_the_tool_is_built(small_corp
         assert tool.lookup("How long do customers have to request a refund?").found is True
 
 
-# -- completeness hint and message wording -------------------------------------------------------
-
-PACK = ContextPack(
-    text="x", items=[], summary=ContextPackSummary(
-        included_sources=["a.md"], omitted_sources=[], duplicate_keys={}, chars_used=1, budget_chars=10
-    ),
-)  # fmt: skip
-ONE_BLOCK = [
-    EvidenceBlock(
-        evidence_key="a#chunk-0", doc_id="a", chunk_index=0, source="a.md", title=None, breadcrumb=None,
-        category="payments", content="x", score=0.8, normalized_score=0.8, rerank_score=0.8, rank=1,
-        hit_reasons=["vector:unfiltered"],
-    )
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("blocks", "cuts", "pack", "expected"),
-    [
-        ([], EvidenceCuts(), PACK, "none: no evidence was returned"),
-        (ONE_BLOCK, EvidenceCuts(below_evidence_floor=7), PACK,
-         "complete: all 1 qualifying chunk returned and packed in full"),
-        (ONE_BLOCK, EvidenceCuts(return_n=3), PACK, "partial: 3 more qualifying chunks cut by return_n"),
-        (ONE_BLOCK, EvidenceCuts(document_cap=1), PACK, "partial: 1 chunk cut by the per-document cap"),
-        (ONE_BLOCK, EvidenceCuts(return_n=1, document_cap=2, capped_above_returned=[
-            CappedChunk(evidence_key="a#chunk-3", normalized_score=0.9)]), PACK,
-         "partial: 1 more qualifying chunk cut by return_n; "
-         "2 chunks cut by the per-document cap (1 scoring above a returned block)"),
-        (ONE_BLOCK, EvidenceCuts(), PACK.model_copy(update={"summary": PACK.summary.model_copy(
-            update={"partially_included_sources": ["a.md"]})}),
-         "partial: the context pack truncated or omitted evidence to fit its budget"),
-    ],
-)  # fmt: skip
-def test_completeness_hint_counts_only_chunks_that_qualified(blocks, cuts, pack, expected):
-    assert completeness_hint(blocks, cuts, pack) == expected
+# -- message wording (the completeness hint's wordings: tests/test_abstention.py) -----------------
 
 
 def test_message_counts_blocks_and_documents_in_plain_english(results):

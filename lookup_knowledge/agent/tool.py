@@ -26,6 +26,7 @@ from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.redaction import mask_secrets
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, StoreError
+from lookup_knowledge.calibration import ProbeCalibration
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import EvidenceStatus, LookupResult
 from lookup_knowledge.extras import require
@@ -75,11 +76,13 @@ class KnowledgeTool:
                 config, on_reopen=self._reload_l0_index, require_store=_store_required(config, require_store)
             )
         self.search_port = search_port
+        self.store_calibration = ProbeCalibration()  # the store's probe null, measured at first lookup
         self.driver, self.executed_nodes = lookup_driver(config, *_tracing(config), *adapters)
         self._static_inputs = {
             "search_port": self.search_port,
             "embedder": self.embedder,
             "l0_index": self.l0_index,
+            "store_calibration": self.store_calibration,
             **settings_inputs(config),
         }
         try:  # ports and settings of the wrong type fail here, once, not per call
@@ -201,6 +204,7 @@ class KnowledgeTool:
     def _reload_l0_index(self) -> None:
         """Read the L0 index again (the store was handed over: another process may have ingested)."""
         self.l0_index = L0Index.load(l0_index_path(self.config))
+        self.store_calibration.reset()
         self._static_inputs = {**self._static_inputs, "l0_index": self.l0_index}
 
     def close(self) -> None:

@@ -1,0 +1,241 @@
+"""Whether the verdict an agent reads first is true: abstention, relevance levels, completeness.
+
+    python benchmarks/trust.py [--cache benchmarks/.cache] [--out benchmarks/results/trust.json]
+                               [--offtopic-per-set 60]
+
+Each judged collection is the knowledge base in turn (SciFact; classic-dev's four collections,
+each a store of its own; hugo-docs with page descriptions as questions, ``trust_stores.py``):
+
+- answerable: the set's own judged questions; found=true share, nDCG@10 with abstention and
+  without (``abstention.enabled false``, today's behaviour), the level of each lookup and
+  whether its top block is relevant, and what its completeness hint said;
+- off-topic: questions of the other judged sets (a seeded sample per set), and the off-topic and
+  chit-chat lists of ``benchmarks/offtopic_queries.json`` (eight languages, written apart from
+  the probe set the stores calibrate with).
+
+Leave-one-corpus-out: for each set, the strictness a user would pick on the *other* sets (the
+strictest that keeps answerable found=true >= 97% on each of them), read on the held-out set.
+Prints tables, writes JSON (per-lookup records included) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from quality import DEPTH, beir_queries, prepared_tool, run
+from rich.console import Console
+from rich.table import Table
+from trust_stores import JudgedSet, judged_sets
+
+from lookup_knowledge import KnowledgeTool, load_config
+from lookup_knowledge.eval.data import Qrels, load_qrels, relevance
+
+console = Console()
+OFFTOPIC_FILE = Path(__file__).with_name("offtopic_queries.json")
+LEVELS = ("high", "medium", "low")
+ANSWERABLE_TARGET = 0.97
+
+
+def judged_questions(judged: JudgedSet) -> tuple[pd.DataFrame, Qrels]:
+    """The set's judged questions and their judgments."""
+    queries = beir_queries(judged.questions)
+    qrels = relevance(queries, load_qrels(judged.questions / "qrels.tsv"))
+    return queries[queries["query_id"].isin(set(qrels))].reset_index(drop=True), qrels
+
+
+def _hint_kind(hint: str) -> str:
+    return hint.split(":", 1)[0]
+
+
+def lookup_record(tool: KnowledgeTool, text: str, relevant: set[str] | None) -> dict[str, Any]:
+    """What one lookup said, and (answerable questions) whether it was right."""
+    result = tool.lookup(text)
+    verdict = result.retrieval_trace.evidence_verdict if result.retrieval_trace else None
+    documents = [block.doc_id for block in result.evidence_blocks]
+    record = {
+        "text": text,
+        "found": result.found,
+        "status": result.evidence_status,
+        "level": result.relevance_level,
+        "hint": _hint_kind(result.completeness_hint),
+        "margin": verdict.margin if verdict else None,
+        "coverage": verdict.lexical_coverage if verdict else None,
+        "dense_top": verdict.dense_top if verdict else None,
+        "top_dense_rank": verdict.top_dense_rank if verdict else None,
+        "top_sparse_rank": verdict.top_sparse_rank if verdict else None,
+    }
+    if relevant is not None:
+        record["top_relevant"] = bool(documents) and documents[0] in relevant
+        record["relevant_missing"] = bool(relevant - set(documents))
+    return record
+
+
+def offtopic_groups(sets: list[JudgedSet], questions: dict[str, pd.DataFrame], per_set: int) -> dict:
+    """Off-topic questions per knowledge base: every other set's (sampled), and the written lists."""
+    written = json.loads(OFFTOPIC_FILE.read_text(encoding="utf-8"))
+    groups: dict[str, dict[str, list[str]]] = {}
+    for judged in sets:
+        cross = [
+            text
+            for other in sets
+            if other.name != judged.name
+            for text in questions[other.name].sample(
+                min(per_set, len(questions[other.name])), random_state=0
+            )["query"]
+        ]
+        groups[judged.name] = {
+            "cross-corpus": cross,
+            "offtopic": written["offtopic"],
+            "chitchat": written["chitchat"],
+        }
+    return groups
+
+
+def knowledge_base(judged: JudgedSet, cache: Path) -> tuple[KnowledgeTool, dict[str, Any]]:
+    """The set's cached store as it is (a benchmark of the verdict, not of chunking: other
+    work may change the chunker meanwhile); ingested only when missing."""
+    base = {"store.path": str(cache / f"trust-{judged.name}")}
+    if not Path(base["store.path"]).is_dir():
+        return prepared_tool(judged.documents, cache, f"trust-{judged.name}", cached_vectors=True)
+    return KnowledgeTool.from_config(load_config(overrides=base)), base
+
+
+def measure_set(judged: JudgedSet, cache: Path, queries: pd.DataFrame, qrels: Qrels, offtopic: dict) -> dict:
+    """Every lookup of one knowledge base, and its nDCG@10 with and without abstention."""
+    tool, base = knowledge_base(judged, cache)
+    with tool:
+        records = []
+        for qid, text in zip(queries["query_id"], queries["query"], strict=True):
+            relevant = {doc for doc, grade in qrels.get(qid, {}).items() if grade > 0}
+            records.append({"group": "answerable", **lookup_record(tool, text, relevant)})
+        for group, texts in offtopic.items():
+            records += [{"group": group, **lookup_record(tool, text, None)} for text in texts]
+        after = run(tool, base, DEPTH, queries, qrels)
+        before = run(tool, base, {**DEPTH, "abstention.enabled": False}, queries, qrels)
+    return {"records": records, "ndcg@10": after["ndcg@10"], "ndcg@10 without abstention": before["ndcg@10"]}
+
+
+def found_rates(records: pd.DataFrame) -> dict[str, float]:
+    """found=true share per question group."""
+    return records.groupby("group")["found"].mean().to_dict()
+
+
+def calibration(records: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per level: lookups, and the share whose top block is relevant (answerable questions)."""
+    answerable = records[(records["group"] == "answerable") & records["found"]]
+    table = {}
+    for level in LEVELS:
+        rows = answerable[answerable["level"] == level]
+        table[level] = {
+            "lookups": len(rows),
+            "top_relevant": float(rows["top_relevant"].mean()) if len(rows) else None,
+        }
+    return table
+
+
+def hint_meaning(records: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per hint kind: lookups, and the share with a relevant document not among the blocks."""
+    answerable = records[(records["group"] == "answerable") & records["found"]]
+    return {
+        kind: {"lookups": len(rows), "relevant_missing": float(rows["relevant_missing"].mean())}
+        for kind, rows in answerable.groupby("hint")
+    }
+
+
+def would_find(records: pd.DataFrame, strictness: float) -> pd.Series:
+    """found=true had the strictness been ``strictness`` (same lookups, same margins; the rare
+    exact-code hits that pass whatever the margin are not replayed)."""
+    words = records["coverage"].isna() | (records["coverage"] > 0)
+    passed = records["margin"].isna() | (records["margin"] >= strictness)
+    return records["dense_top"].notna() & (records["status"] != "retrieval_failed") & words & passed
+
+
+def leave_one_out(per_set: dict[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
+    """Strictness fitted on the other sets (the strictest keeping answerable >= 97% found on
+    each), and what it gives on the held-out one."""
+    grid = [round(0.25 * step, 2) for step in range(17)]  # margins 0 to 4
+    out = {}
+    for held_out in per_set:
+        others = [frame for name, frame in per_set.items() if name != held_out]
+
+        def keeps(strictness: float, frames: list[pd.DataFrame]) -> bool:
+            return all(
+                would_find(f[f["group"] == "answerable"], strictness).mean() >= ANSWERABLE_TARGET
+                for f in frames
+            )
+
+        fitted = max((s for s in grid if keeps(s, others)), default=grid[0])
+        frame = per_set[held_out]
+        rates = {
+            group: float(would_find(frame[frame["group"] == group], fitted).mean())
+            for group in frame["group"].unique()
+        }
+        out[held_out] = {"fitted_strictness": fitted, **rates}
+    return out
+
+
+def print_tables(results: dict[str, Any]) -> None:
+    table = Table(title="abstention: found=true share per question group")
+    groups = ["answerable", "cross-corpus", "offtopic", "chitchat"]
+    for column in ["knowledge base", *groups, "nDCG@10", "without abstention"]:
+        table.add_column(column)
+    for name, block in results["sets"].items():
+        rates = block["found_rate"]
+        table.add_row(
+            name, *(f"{rates.get(g, float('nan')):.3f}" for g in groups),
+            f"{block['ndcg@10']:.4f}", f"{block['ndcg@10 without abstention']:.4f}",
+        )  # fmt: skip
+    console.print(table)
+    levels = Table(title="relevance level: share of found lookups whose top block is relevant (lookups)")
+    for column in ["knowledge base", *LEVELS]:
+        levels.add_column(column)
+    for name, block in results["sets"].items():
+        cells = [
+            f"{c['top_relevant']:.3f} ({c['lookups']})" if c["lookups"] else "- (0)"
+            for c in (block["calibration"][level] for level in LEVELS)
+        ]
+        levels.add_row(name, *cells)
+    console.print(levels)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cache", type=Path, default=Path("benchmarks/.cache"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/trust.json"))
+    parser.add_argument("--offtopic-per-set", type=int, default=60)
+    parser.add_argument("--sets", nargs="*", help="only these knowledge bases")
+    args = parser.parse_args()
+    sets = judged_sets(args.cache)
+    judged = {s.name: judged_questions(s) for s in sets}
+    offtopic = offtopic_groups(sets, {n: q for n, (q, _) in judged.items()}, args.offtopic_per_set)
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "sets": {}}
+    frames = {}
+    for s in sets:
+        if args.sets and s.name not in args.sets:
+            continue
+        queries, qrels = judged[s.name]
+        measured = measure_set(s, args.cache, queries, qrels, offtopic[s.name])
+        frame = pd.DataFrame(measured.pop("records"))
+        frames[s.name] = frame
+        results["sets"][s.name] = {
+            **measured,
+            "found_rate": found_rates(frame),
+            "calibration": calibration(frame),
+            "hints": hint_meaning(frame),
+            "records": frame.to_dict("records"),
+        }
+    results["leave_one_corpus_out"] = leave_one_out(frames)
+    print_tables(results)
+    console.print(results["leave_one_corpus_out"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

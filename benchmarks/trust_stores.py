@@ -1,0 +1,55 @@
+"""The knowledge bases benchmarks/trust.py reads: one store per judged collection.
+
+SciFact (its 300 test claims), each classic-dev collection on its own (four domains: a
+question of one is off-topic for the others) and hugo-docs (page descriptions as questions).
+Stores and vectors are cached under ``--cache`` (``benchmarks/corpora.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from corpora import DATA, hugo_described_pages
+
+CLASSIC_DOMAINS = ("aeronautics", "medicine", "library_information_science", "news")
+
+
+@dataclass(frozen=True)
+class JudgedSet:
+    """A knowledge base (what to ingest) and its judged questions (a BEIR folder)."""
+
+    name: str
+    documents: Path
+    questions: Path
+
+
+def classic_collection(cache: Path, domain: str) -> Path:
+    """One classic-dev collection as a BEIR folder of its own under ``cache``."""
+    folder = cache / f"classic-{domain}"
+    if (folder / "qrels.tsv").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    source = DATA / "classic-dev"
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        lines = (source / name).read_text(encoding="utf-8").splitlines()
+        kept = [line for line in lines if json.loads(line).get("category") == domain]
+        (folder / name).write_text("\n".join(kept) + "\n", encoding="utf-8")
+    ids = {json.loads(line)["_id"] for line in (folder / "queries.jsonl").read_text().splitlines()}
+    rows = (source / "qrels.tsv").read_text().splitlines()
+    (folder / "qrels.tsv").write_text(
+        "\n".join([rows[0], *(row for row in rows[1:] if row.split("\t")[0] in ids)]) + "\n"
+    )
+    return folder
+
+
+def judged_sets(cache: Path) -> list[JudgedSet]:
+    """Every judged knowledge base of the trust benchmark."""
+    classic = [
+        JudgedSet(f"classic-{d}", folder, folder)
+        for d in CLASSIC_DOMAINS
+        for folder in [classic_collection(cache, d).resolve()]
+    ]
+    hugo = JudgedSet("hugo-docs", DATA / "hugo-docs", hugo_described_pages(cache).resolve())
+    return [JudgedSet("scifact", DATA / "scifact", DATA / "scifact"), *classic, hugo]

@@ -1,0 +1,159 @@
+"""Abstention: whether the hits plausibly answer the question, read from signals that carry
+across corpora (SPEC section 4, last points; ``docs/trust.md``).
+
+A knowledge base that has nothing on a question still returns nearest neighbours, at cosines
+that mean different things on different stores (an off-topic question's best cosine is 0.25 on
+one store, 0.45 on another). So the lookup's best dense cosine is read against *this store's*
+null distribution: the best cosines it gives the probe set (``lookup_knowledge.probes``),
+questions it cannot answer, in the query's script. The verdict's ``margin`` is how far the
+lookup's best lies above the probes' median, in units of their spread (median to 90th
+percentile); a lookup is evidence when that margin reaches ``abstention.strictness`` and (sparse,
+hybrid) the best hits hold at least one of the query's informative words.
+
+The trace also shows where the top hit lies in the dense and the BM25 search: the relevance
+level reads it (both searches ranking the top hit first is what, measured, tells a relevant top
+block from a wrong one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hamilton.function_modifiers import config
+
+from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.adapters.sparse import bm25_encoder
+from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, script_of
+from lookup_knowledge.contract import VerdictReason
+
+from .retrieval import SearchAttempt
+
+COVERAGE_HITS = 3  # the best hits whose matched terms count toward the query's coverage
+CJK_COVERAGE = 0.3  # a CJK query's share of terms its best hits must hold (set on the sample KB alone)
+
+
+@dataclass(frozen=True, slots=True)
+class AbstentionPolicy:
+    """How sure the evidence must be (``abstention.*``)."""
+
+    enabled: bool = True
+    strictness: float = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceVerdict:
+    """Whether the candidates plausibly answer the question, and what that was read from."""
+
+    plausible: bool
+    reason: VerdictReason
+    margin: float | None = None
+    dense_top: float | None = None
+    dense_percentile: float | None = None
+    null_median: float | None = None
+    null_p90: float | None = None
+    probes: int = 0
+    lexical_coverage: float | None = None
+    query_terms: tuple[str, ...] = ()
+    matched_terms: tuple[str, ...] = ()
+    top_dense_rank: int | None = None
+    top_sparse_rank: int | None = None
+    strictness: float = 1.5
+
+
+@config.when_not(l1_enabled=False)
+def probe_null(
+    search_request: SearchRequest,
+    search_port: KnowledgeSearchPort,
+    embedder: Embedder,
+    store_calibration: ProbeCalibration | None = None,
+) -> ProbeNull:
+    """This store's top cosines for the probe set, searched as this lookup searches (measured once)."""
+    if store_calibration is None:
+        return ProbeNull()
+    try:
+        return store_calibration.null_for(search_request, search_port, embedder)
+    except Exception:  # the store failed: the lookup's own searches say so; the verdict reads words alone
+        return ProbeNull()
+
+
+@config.when(l1_enabled=False)
+def probe_null__l1_disabled() -> ProbeNull:
+    """No store searched, no null."""
+    return ProbeNull()
+
+
+def query_terms(query: str) -> tuple[str, ...]:
+    """The query's informative words: its BM25 terms (stop words removed), CJK as characters and pairs."""
+    return tuple(bm25_encoder().query_terms(query))
+
+
+def _used_hits(retrieval_attempts: list[SearchAttempt]) -> list[SearchHit]:
+    return [hit for attempt in retrieval_attempts if attempt.used for hit in attempt.usable]
+
+
+def _coverage(terms: tuple[str, ...], hits: list[SearchHit]) -> tuple[float, tuple[str, ...]]:
+    """The share of the query's terms the best hits hold, and those terms."""
+    matched = {term for hit in hits[:COVERAGE_HITS] for term in hit.matched_terms}
+    held = tuple(term for term in terms if term in matched)
+    return len(held) / len(terms), held
+
+
+def _reason(
+    query: str, margin: float | None, coverage: float | None, hits: list[SearchHit], policy: AbstentionPolicy
+) -> VerdictReason:
+    """A hit that holds one of the query's codes verbatim answers for itself; otherwise, when
+    the query has BM25 terms, the best hits must hold at least one of them (an off-topic
+    question often shares none), and the best cosine must clear the store's null by
+    ``strictness`` (no null, the probes could not run: the evidence floors alone decide).
+
+    A CJK query is read by its words instead: MiniLM embeds CJK text as a few rare tokens, so
+    every CJK probe scores alike on a store and the dense null tells nothing; the best hits
+    must hold :data:`CJK_COVERAGE` of its characters and pairs."""
+    if any(hit.exact_codes for hit in hits[:COVERAGE_HITS]):
+        return "exact_code"
+    if coverage is not None and coverage == 0.0:
+        return "no_shared_terms"
+    if coverage is not None and script_of(query) == "cjk":
+        return "plausible" if coverage >= CJK_COVERAGE else "no_shared_terms"
+    if margin is not None and margin < policy.strictness:
+        return "below_probe_null"
+    return "plausible"
+
+
+def evidence_verdict(
+    query: str,
+    query_terms: tuple[str, ...],
+    retrieval_attempts: list[SearchAttempt],
+    probe_null: ProbeNull,
+    abstention_policy: AbstentionPolicy,
+    retrieval_mode: str = "dense",
+) -> EvidenceVerdict:
+    """Whether the usable hits plausibly answer the question: the margin of their best cosine
+    over the store's probe null against ``abstention.strictness``."""
+    hits = sorted(_used_hits(retrieval_attempts), key=lambda hit: -hit.score)
+    policy = abstention_policy
+    if not hits:
+        return EvidenceVerdict(False, "no_candidates", query_terms=query_terms, strictness=policy.strictness)
+    dense_top = max(hit.normalized_score for hit in hits)
+    margin = probe_null.margin(dense_top)
+    coverage, matched = (None, ())
+    if retrieval_mode != "dense" and query_terms:
+        coverage, matched = _coverage(query_terms, hits)
+    reason = _reason(query, margin, coverage, hits, policy)
+    return EvidenceVerdict(
+        plausible=not policy.enabled or reason in ("plausible", "exact_code"),
+        reason=reason,
+        margin=margin,
+        dense_top=dense_top,
+        dense_percentile=probe_null.dense_percentile(dense_top),
+        null_median=probe_null.quantile(0.5),
+        null_p90=probe_null.quantile(0.9),
+        probes=len(probe_null.dense_tops),
+        lexical_coverage=coverage,
+        query_terms=query_terms,
+        matched_terms=matched,
+        top_dense_rank=hits[0].dense_rank,
+        top_sparse_rank=hits[0].sparse_rank,
+        strictness=policy.strictness,
+    )

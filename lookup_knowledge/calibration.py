@@ -1,0 +1,116 @@
+"""How a store scores questions it has nothing on: the probe set's null distribution.
+
+The absolute cosine of a small embedding model means different things on different corpora (an
+off-topic question scores 0.45 on one store and 0.25 on another), so a lookup's top score is
+read against what *this* store gives the probe set (``lookup_knowledge.probes``): the share of
+probes it beats. The probes run once per store and search configuration, lazily at the first
+lookup (one batched embedding, one batched search), and again after the store was reopened.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import threading
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+
+from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.adapters.sparse import bm25_encoder
+from lookup_knowledge.probes import PROBE_QUERIES
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+Script = Literal["cjk", "alphabetic"]
+MIN_SPREAD = 0.01  # a null whose probes all score alike still gives a finite margin
+
+
+def script_of(text: str) -> Script:
+    """``cjk`` when most of the text's letters are CJK, else ``alphabetic``: the model scores
+    the two differently (MiniLM reads CJK text as a few rare tokens), so each has its own null."""
+    letters = [c for c in text if c.isalpha()]
+    cjk = sum(1 for c in letters if _CJK.match(c))
+    return "cjk" if letters and cjk * 2 >= len(letters) else "alphabetic"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeNull:
+    """The top dense cosines the store gave the probes of one script, sorted (empty: no calibration)."""
+
+    dense_tops: tuple[float, ...] = ()
+
+    def dense_percentile(self, score: float) -> float | None:
+        """The share of probes whose top cosine is below ``score``; ``None`` without probes."""
+        if not self.dense_tops:
+            return None
+        return bisect.bisect_left(self.dense_tops, score) / len(self.dense_tops)
+
+    def margin(self, score: float) -> float | None:
+        """How far ``score`` lies above the probes' median, in units of their spread (median to
+        90th percentile): 0 is a typical probe, 1 the top tenth; ``None`` without probes."""
+        median, high = self.quantile(0.5), self.quantile(0.9)
+        if median is None or high is None:
+            return None
+        return (score - median) / max(high - median, MIN_SPREAD)
+
+    def quantile(self, share: float) -> float | None:
+        """The probes' top cosine at ``share`` (0.9: nine probes in ten score at most this)."""
+        if not self.dense_tops:
+            return None
+        return float(np.quantile(self.dense_tops, share))
+
+
+def _top_cosine(hits: list[SearchHit]) -> float:
+    return max((hit.normalized_score for hit in hits), default=0.0)
+
+
+class ProbeCalibration:
+    """The store's :class:`ProbeNull`, computed on first use for a search shape and kept.
+
+    ``reset`` forgets it (the tool calls it when the store was reopened: it may hold new data).
+    """
+
+    def __init__(self, probes: tuple[str, ...] = PROBE_QUERIES) -> None:
+        self.probes = probes
+        self._nulls: dict[tuple, dict[Script, ProbeNull]] = {}
+        self._lock = threading.Lock()
+
+    def null_for(
+        self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
+    ) -> ProbeNull:
+        """The null of the probes in the request's script, for searches shaped like it (mode,
+        fusion, width); a failed measurement raises and is tried again at the next lookup."""
+        shape = (id(search_port), request.mode, request.fusion, request.prefetch_k, request.top_k)
+        script = script_of(request.query_text)
+        with self._lock:
+            if shape not in self._nulls:
+                self._nulls[shape] = self._measure(request, search_port, embedder)
+            return self._nulls[shape][script]
+
+    def _measure(
+        self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
+    ) -> dict[Script, ProbeNull]:
+        vectors = embedder.embed_queries(list(self.probes))
+        sparse = request.mode != "dense"
+        requests = [
+            replace(
+                request,
+                query_text=probe,
+                query_vector=vector,
+                category=None,
+                sparse_vector=bm25_encoder().embed_query(probe) if sparse else None,
+            )
+            for probe, vector in zip(self.probes, vectors, strict=True)
+        ]
+        answers = search_port.search_batch(requests)
+        tops: dict[Script, list[float]] = {"cjk": [], "alphabetic": []}
+        for probe, hits in zip(self.probes, answers, strict=True):
+            tops[script_of(probe)].append(_top_cosine(hits))
+        return {script: ProbeNull(tuple(sorted(scores))) for script, scores in tops.items()}
+
+    def reset(self) -> None:
+        """Forget every null: the next lookup measures the store again."""
+        with self._lock:
+            self._nulls.clear()
