@@ -76,6 +76,7 @@ def test_schema_is_created_on_first_use_and_versioned(recorder: InvocationRecord
         "fallback_reason",
         "latency_ms",
         "retrieval_details",
+        "returned_evidence",
     }
     reopened = InvocationRecorder(f"sqlite:///{db_path}")  # an existing schema is reused as is
     assert reopened.schema_version() == SCHEMA_VERSION
