@@ -324,6 +324,9 @@ def markdown(results: dict[str, Any]) -> str:
         "pipeline is the shipped "
         f"configuration (retrieval mode `{load_config().retrieval.mode}`) but for the overrides named.",
         "",
+        "Whether a lookup is evidence at all (abstention), what each relevance level means and what "
+        "the completeness hint tells: [trust.md](trust.md) (`benchmarks/trust.py`).",
+        "",
         "## SciFact (BEIR test split, 300 queries)",
         "",
         *rows(results["scifact"]),

@@ -155,6 +155,17 @@ def would_find(records: pd.DataFrame, strictness: float) -> pd.Series:
     return records["dense_top"].notna() & (records["status"] != "retrieval_failed") & words & passed
 
 
+def strictness_sweep(per_set: dict[str, pd.DataFrame]) -> dict[str, dict[str, dict[str, float]]]:
+    """found=true share per set and question group at each strictness (replayed from the margins)."""
+    return {
+        str(strictness): {
+            name: {group: float(would_find(rows, strictness).mean()) for group, rows in f.groupby("group")}
+            for name, f in per_set.items()
+        }
+        for strictness in (0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0)
+    }
+
+
 def leave_one_out(per_set: dict[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
     """Strictness fitted on the other sets (the strictest keeping answerable >= 97% found on
     each), and what it gives on the held-out one."""
@@ -177,6 +188,54 @@ def leave_one_out(per_set: dict[str, pd.DataFrame]) -> dict[str, dict[str, float
         }
         out[held_out] = {"fitted_strictness": fitted, **rates}
     return out
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown_tables(results: dict[str, Any]) -> dict[str, str]:
+    """The tables of ``docs/trust.md``: abstention, the strictness sweep, leave-one-out, levels, hints."""
+    groups = ["answerable", "cross-corpus", "offtopic", "chitchat"]
+    sets = results["sets"]
+    abstention = [
+        _row(["knowledge base", *groups, "nDCG@10", "without abstention", "delta"]),
+        _row(["---"] * 8),
+    ]
+    for name, b in sets.items():
+        after, before = b["ndcg@10"], b["ndcg@10 without abstention"]
+        rates = [f"{b['found_rate'].get(g, float('nan')):.3f}" for g in groups]
+        abstention.append(_row([name, *rates, f"{after:.4f}", f"{before:.4f}", f"{after - before:+.4f}"]))
+    sweep = [_row(["strictness", "knowledge base", *groups]), _row(["---"] * 6)]
+    for strictness, per_set in results["strictness_sweep"].items():
+        for name, rates in per_set.items():
+            sweep.append(_row([strictness, name, *(f"{rates.get(g, float('nan')):.3f}" for g in groups)]))
+    loco = [_row(["held out", "fitted strictness", *groups]), _row(["---"] * 6)]
+    for name, r in results["leave_one_corpus_out"].items():
+        loco.append(
+            _row([name, f"{r['fitted_strictness']:.2f}", *(f"{r.get(g, float('nan')):.3f}" for g in groups)])
+        )
+    levels = [_row(["knowledge base", *LEVELS]), _row(["---"] * 4)]
+    for name, b in sets.items():
+        cells = [
+            f"{c['top_relevant']:.3f} ({c['lookups']})" if c["lookups"] else "- (0)"
+            for c in (b["calibration"][level] for level in LEVELS)
+        ]
+        levels.append(_row([name, *cells]))
+    hints = [_row(["knowledge base", "complete", "partial"]), _row(["---"] * 3)]
+    for name, b in sets.items():
+        cells = [
+            f"{h['relevant_missing']:.3f} ({h['lookups']})" if (h := b["hints"].get(kind)) else "- (0)"
+            for kind in ("complete", "partial")
+        ]
+        hints.append(_row([name, *cells]))
+    return {
+        "ABSTENTION_TABLE": "\n".join(abstention),
+        "SWEEP_TABLE": "\n".join(sweep),
+        "LOCO_TABLE": "\n".join(loco),
+        "LEVEL_TABLE": "\n".join(levels),
+        "HINT_TABLE": "\n".join(hints),
+    }
 
 
 def print_tables(results: dict[str, Any]) -> None:
@@ -230,7 +289,9 @@ def main() -> int:
             "records": frame.to_dict("records"),
         }
     results["leave_one_corpus_out"] = leave_one_out(frames)
+    results["strictness_sweep"] = strictness_sweep(frames)
     print_tables(results)
+    console.print({name: block["hints"] for name, block in results["sets"].items()})
     console.print(results["leave_one_corpus_out"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
