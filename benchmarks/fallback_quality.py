@@ -27,6 +27,7 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpora import DATA, CachedEmbedder, classic_scifact_mix, hugo_described_pages  # noqa: E402
+from doc_sections import replace_section
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config  # noqa: E402
 from lookup_knowledge.eval.data import beir_to_parquet, load_eval_queries, load_qrels, relevance  # noqa: E402
@@ -268,14 +269,6 @@ def _ratios() -> tuple[float, float]:
     return retrieval.fallback_score_ratio, retrieval.fallback_sparse_ratio
 
 
-def replace_section(doc: Path, section: str) -> None:
-    """Write ``section`` in place of the doc's fallback section (appended when missing)."""
-    text = doc.read_text(encoding="utf-8") if doc.is_file() else "# Retrieval quality\n"
-    head, _, rest = text.partition(SECTION)
-    tail = rest[rest.find("\n## ") + 1 :] if "\n## " in rest else ""
-    doc.write_text(head.rstrip("\n") + "\n\n" + section + ("\n" + tail if tail else ""), encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--cache", type=Path, default=Path("benchmarks/.cache"))
@@ -285,7 +278,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.from_json:
         results = json.loads(args.out.read_text())
-        replace_section(args.doc, markdown(results, *_ratios()))
+        replace_section(args.doc, SECTION, markdown(results, *_ratios()))
         return 0
     if not DATA.is_dir():
         print(f"skipped: {DATA} not found (benchmark data lives in ../shared/data)")
@@ -309,7 +302,7 @@ def main() -> int:
     results["seconds"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
-    replace_section(args.doc, markdown(results, *_ratios()))
+    replace_section(args.doc, SECTION, markdown(results, *_ratios()))
     console.print(f"wrote {args.out} and the fallback section of {args.doc}")
     return 0
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from corpora import DATA, hugo_described_pages
+from doc_sections import replace_section
 from quality import DBSF, DEPTH, beir_queries, prepared_tool, run
 
 from lookup_knowledge import KnowledgeTool
@@ -189,14 +190,6 @@ DESIGN = [
 ]
 
 
-def replace_section(doc: Path, text: str) -> None:
-    """Write ``text`` in place of the doc's identifier section (appended when missing)."""
-    current = doc.read_text(encoding="utf-8")
-    head, _, rest = current.partition(SECTION)
-    tail = rest[rest.find("\n## ") + 1 :] if "\n## " in rest else ""
-    doc.write_text(head.rstrip("\n") + "\n\n" + text + ("\n" + tail if tail else ""), encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--label")
@@ -207,7 +200,7 @@ def main() -> int:
     parser.add_argument("--doc", type=Path, default=Path("docs/quality.md"))
     args = parser.parse_args()
     if args.from_json:
-        replace_section(args.doc, section(json.loads(args.out.read_text())))
+        replace_section(args.doc, SECTION, section(json.loads(args.out.read_text())))
         return 0
     if not args.label:
         parser.error("--label is required to measure")
@@ -226,7 +219,7 @@ def main() -> int:
     args.out.write_text(json.dumps(results, indent=2))
     print(json.dumps({args.label: measured}, indent=2))
     if {"before", "after"} <= results.keys():
-        replace_section(args.doc, section(results))
+        replace_section(args.doc, SECTION, section(results))
         print(f"wrote {args.doc}")
     return 0
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from corpora import DATA, CachedEmbedder, hugo_described_pages
+from doc_sections import replace_section
 from rich.console import Console
 from rich.table import Table
 
@@ -139,14 +140,6 @@ RULES = [
 ]
 
 
-def replace_section(doc: Path, text: str) -> None:
-    """``text`` in place of the doc's verbatim section (appended when missing), the rest kept."""
-    current = doc.read_text(encoding="utf-8")
-    head, _, rest = current.partition(SECTION)
-    tail = rest[rest.find("\n## ") + 1 :] if "\n## " in rest else ""
-    doc.write_text(head.rstrip("\n") + "\n\n" + text + ("\n" + tail if tail else ""), encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--label", default="after", help="names the stores and the JSON file")
@@ -160,7 +153,7 @@ def main() -> int:
         runs = [
             json.loads((args.out / f"verbatim-{label}.json").read_text()) for label in ("before", "after")
         ]
-        replace_section(args.doc, section(*runs))
+        replace_section(args.doc, SECTION, section(*runs))
         return 0
     if not DATA.is_dir():
         print(f"skipped: {DATA} not found (benchmark data lives in ../shared/data)")
