@@ -26,9 +26,11 @@ import pytest
 import yaml
 from dataflow_fixtures import SampleKB, ingest_sample_kb
 
-from lookup_knowledge import ingest, sample_knowledge_base
+from lookup_knowledge import AgentLookup, KnowledgeTool, ingest, sample_knowledge_base
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.exported_encoder import CACHE_ENV
+from lookup_knowledge.adapters.recorder import InvocationRecorder
+from lookup_knowledge.agent.lookup import invocation_db_url
 from lookup_knowledge.config import Config, load_config
 
 
@@ -142,6 +144,20 @@ def sample_store(
     store = tmp_path_factory.mktemp("store")
     shutil.copytree(stash[_SAMPLE_STORE], store, dirs_exist_ok=True)
     return store
+
+
+@pytest.fixture(scope="module")
+def store_config(sample_store: Path) -> Config:
+    """The default configuration on the module's sample store."""
+    return load_config(overrides={"store.path": str(sample_store)})
+
+
+@pytest.fixture
+def agent(store_config: Config, embedder: SentenceTransformerEmbedder) -> Iterator[AgentLookup]:
+    """Recorded calls (``AgentLookup``) over the sample store, with the shared model."""
+    recorder = InvocationRecorder(invocation_db_url(store_config))
+    with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as agent:
+        yield agent
 
 
 @pytest.fixture(scope="session")

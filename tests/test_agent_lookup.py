@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from lookup_knowledge import AgentLookup, KnowledgeTool, load_config, tool_definition
+from lookup_knowledge import AgentLookup, KnowledgeTool, tool_definition
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
 from lookup_knowledge.agent.lookup import (
@@ -32,18 +32,6 @@ KAFKA_QUERY = "kafka consumer lag"
 # One L0 domain (payments, from "chargeback"); the best content is a support runbook: the filtered
 # top scores ~0.75 of the unfiltered top, well under the 0.9 ratio the fallback test sets.
 FALLBACK_QUERY = "chargeback compensation for parcels arriving late"
-
-
-@pytest.fixture(scope="module")
-def store_config(sample_store: Path) -> Config:
-    return load_config(overrides={"store.path": str(sample_store)})
-
-
-@pytest.fixture
-def agent(store_config: Config, embedder: SentenceTransformerEmbedder) -> Iterator[AgentLookup]:
-    recorder = InvocationRecorder(invocation_db_url(store_config))
-    with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as agent:
-        yield agent
 
 
 def _row(agent: AgentLookup, row_id: int | None) -> Invocation:

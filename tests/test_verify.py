@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from lookup_knowledge import AgentLookup, KnowledgeTool, load_config
-from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge import AgentLookup
 from lookup_knowledge.adapters.recorder import SCHEMA_VERSION, InvocationRecorder
-from lookup_knowledge.agent.lookup import invocation_db_url
 from lookup_knowledge.agent.verify import (
     ReturnedBlock,
     content_sha256,
@@ -113,18 +110,6 @@ def test_an_answer_citing_nothing_is_not_verified_and_the_syntax_is_configurable
 
 
 # --- the record: lookups and verdicts of real sessions -------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def store_config(sample_store: Path) -> Config:
-    return load_config(overrides={"store.path": str(sample_store)})
-
-
-@pytest.fixture
-def agent(store_config: Config, embedder: SentenceTransformerEmbedder) -> Iterator[AgentLookup]:
-    recorder = InvocationRecorder(invocation_db_url(store_config))
-    with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as agent:
-        yield agent
 
 
 def test_each_fault_kind_through_the_api(agent: AgentLookup) -> None:
