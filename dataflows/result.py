@@ -30,7 +30,7 @@ from .retrieval import FallbackDecision, HybridFusion, SearchAttempt
 
 MEDIUM_AGREEMENT = 3  # medium: both searches rank the top hit within this place (docs/trust.md)
 HIGH_MARGIN, MEDIUM_MARGIN = 4.0, 3.0  # dense mode (no BM25 leg): levels by the verdict's margin
-SIMILAR_SHARE = 0.9  # a cut chunk within this share of the weakest returned block is of similar strength
+SIMILAR_SHARE = 0.8  # a cut chunk with this share of the best block's rank score is of similar strength
 MAX_NAMED_DOCUMENTS = 3  # documents a partial hint names
 
 MESSAGES = {
@@ -221,12 +221,12 @@ def completeness_hint(
 
 def _cut_chunks(screened_df: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     """Chunks cut by ``return_n`` or the per-document cap: those of similar strength to the
-    returned blocks (at least :data:`SIMILAR_SHARE` of the weakest one's rank score), and the rest."""
+    returned blocks (at least :data:`SIMILAR_SHARE` of the strongest one's rank score), and the rest."""
     rows = records(screened_df)
     kept = [row["rank_score"] for row in rows if row["left_out"] is None]
     if not kept:
         return [], []
-    bar = SIMILAR_SHARE * min(kept)
+    bar = SIMILAR_SHARE * max(kept)
     cut = [row for row in rows if row["left_out"] in ("return_n", "document_cap")]
     return [row for row in cut if row["rank_score"] >= bar], [row for row in cut if row["rank_score"] < bar]
 
@@ -272,6 +272,8 @@ def lookup_result(
         message = MESSAGES[evidence_status]
     if evidence_status == "retrieval_failed":  # the first error says what failed: down, missing, corrupt
         message += f" First error: {retrieval_trace.attempts[0].error}"
+    if found and (stale := [b.source or b.evidence_key for b in evidence_blocks if b.stale]):
+        message += f" Stale: {', '.join(dict.fromkeys(stale))} changed or vanished since ingest."
     return LookupResult(
         query=query,
         found=found,
