@@ -18,6 +18,8 @@ from typing import IO, Any, Literal
 import frontmatter
 import yaml
 
+from lookup_knowledge.adapters.source_files import SourceFile
+
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 JSONL_CORPUS_NAME = "corpus.jsonl"
 MAX_ALIAS_EXPANSION = 65_536  # characters YAML aliases may add to a frontmatter header ("billion laughs")
@@ -43,6 +45,7 @@ class SourceDocument:
     doc_type: str | None = None
     body_offset: int = 0  # where ``body`` starts in the source text (after its frontmatter)
     body_line: int = 1  # the source line ``body`` starts on (1-based)
+    file: SourceFile | None = None  # the file it was read from (markdown folders); None: a JSONL record
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +145,7 @@ def _read_markdown(file: Path, relative: str, max_file_bytes: int) -> SourceDocu
     size = file.stat().st_size
     if size > max_file_bytes:
         raise _Skip(f"file too large ({size:,} bytes > ingest.max_file_bytes {max_file_bytes:,})")
-    raw = file.read_bytes()
+    stamp, raw = SourceFile.read(file)
     if b"\x00" in raw:
         raise _Skip("binary content (NUL bytes)")
     try:
@@ -163,6 +166,7 @@ def _read_markdown(file: Path, relative: str, max_file_bytes: int) -> SourceDocu
         doc_type=_text(meta.get("doc_type") or meta.get("type")),
         body_offset=offset,
         body_line=text.count("\n", 0, offset) + 1,
+        file=stamp,
     )
 
 

@@ -30,7 +30,14 @@ DOC_CHUNKS_FIELD = "doc_chunks"  # how many chunks the document's version has: i
 SOURCE_FIELD = "source"
 LOCATION_FIELD = "location"  # {start_line, end_line, start_char, end_char} of the chunk in its source
 HEADING_PATH_FIELD = "heading_path"  # the chunk's headings, outermost first
-VERSION_FIELDS = (DOC_ID_FIELD, DOC_HASH_FIELD, DOC_CHUNKS_FIELD, SOURCE_FIELD)  # read by documents()
+SOURCE_FILE_FIELD = "source_file"  # {path, version, mtime_ns, size} of the file (adapters/source_files.py)
+VERSION_FIELDS = (
+    DOC_ID_FIELD,
+    DOC_HASH_FIELD,
+    DOC_CHUNKS_FIELD,
+    SOURCE_FIELD,
+    SOURCE_FILE_FIELD,
+)  # documents()
 
 DENSE_VECTOR = "dense"  # the named vectors every point carries
 SPARSE_VECTOR = "bm25"
@@ -233,6 +240,7 @@ class StoredDocument:
 
     source: str
     versions: Mapping[str, bool]
+    source_version: str | None = None  # the version of the file its chunks were ingested from
 
     def holds_only(self, doc_hash: str) -> bool:
         """Exactly one version is stored, ``doc_hash``, and it is complete."""
@@ -247,18 +255,21 @@ def stored_documents(payloads: Iterable[Mapping[str, Any]]) -> dict[str, StoredD
     """
     counts: dict[str, dict[tuple[str, int], int]] = {}
     sources: dict[str, str] = {}
+    file_versions: dict[str, str | None] = {}
     for payload in payloads:
         doc_id = payload[DOC_ID_FIELD]
         version = (payload.get(DOC_HASH_FIELD, ""), int(payload.get(DOC_CHUNKS_FIELD, 0)))
         versions = counts.setdefault(doc_id, {})
         versions[version] = versions.get(version, 0) + 1
         sources.setdefault(doc_id, str(payload.get(SOURCE_FIELD, doc_id)))
+        stamp = payload.get(SOURCE_FILE_FIELD)
+        file_versions.setdefault(doc_id, stamp.get("version") if isinstance(stamp, Mapping) else None)
     documents = {}
     for doc_id, versions in counts.items():
         complete: dict[str, bool] = {}
         for (doc_hash, expected), found in versions.items():
             complete[doc_hash] = complete.get(doc_hash, True) and found == expected
-        documents[doc_id] = StoredDocument(sources[doc_id], complete)
+        documents[doc_id] = StoredDocument(sources[doc_id], complete, file_versions[doc_id])
     return documents
 
 

@@ -46,7 +46,7 @@ SEARCH_NODES = {
     "unfiltered_hits",
 }  # the store round trips: the batch (or the one search), a threshold retry
 POSTPROCESSING_NODES = {
-    "candidates_df", "deduped_df", "reranked_df", "evidence_blocks", "context_pack",
+    "candidates_df", "deduped_df", "reranked_df", "ranked_evidence_blocks", "evidence_blocks", "context_pack",
 }  # fmt: skip
 
 

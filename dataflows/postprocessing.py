@@ -10,6 +10,7 @@ import pandas as pd
 
 from lookup_knowledge.adapters.l0_index import normalize
 from lookup_knowledge.adapters.search import HEADING_PATH_FIELD, LOCATION_FIELD, SearchHit, identity_key
+from lookup_knowledge.adapters.source_files import INGESTED_AT_FIELD, SourceFile
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import BlockLocation, CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
@@ -28,7 +29,7 @@ CANDIDATE_COLUMNS = frame_columns([
     "evidence_key", "doc_id", "chunk_index", "point_id", "source", "title", "breadcrumb",
     "categories", "doc_type", "content", "score", "normalized_score", "rank_score", "dense_score",
     "sparse_score", "fused_score", "original_rank", "hit_reasons", "l0_matches", "instruction_like",
-    "location",
+    "location", "ingested_at", "source_file",
 ])  # fmt: skip
 SCREENED_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "left_out"])
 RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
@@ -128,6 +129,7 @@ def candidates_df(
             "l0_matches": matches,
             "instruction_like": payload_instruction_like(payload, payload.get("breadcrumb"), hit.content),
             "location": block_location(payload),
+            "ingested_at": payload.get(INGESTED_AT_FIELD), "source_file": SourceFile.from_payload(payload),
         })  # fmt: skip
     return object_frame(rows, CANDIDATE_COLUMNS)
 
@@ -258,8 +260,8 @@ def _boosts(
     return boosts
 
 
-def evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
-    """The final evidence blocks, in reranked order."""
+def ranked_evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
+    """The final evidence blocks, in reranked order, before their freshness is checked."""
     return [
         EvidenceBlock(
             evidence_key=row["evidence_key"],
@@ -280,6 +282,9 @@ def evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
             hit_reasons=row["hit_reasons"],
             instruction_like=row["instruction_like"],
             location=row["location"],
+            ingested_at=row["ingested_at"],
+            source_path=row["source_file"].path if row["source_file"] else None,
+            source_version=row["source_file"].version if row["source_file"] else None,
         )
         for row in records(reranked_df)
     ]

@@ -99,6 +99,22 @@ class EvidenceBlock(ContractModel):
     location: BlockLocation | None = Field(
         None, description="where the content lies in its source; null for a store ingested before locations"
     )
+    ingested_at: str | None = Field(
+        None,
+        description="when this version of its document was ingested (ISO 8601, UTC); null: an older store",
+    )
+    source_path: str | None = Field(
+        None, description="the file it was ingested from; null: not a file source"
+    )
+    source_version: str | None = Field(
+        None,
+        description="the content hash of that file at ingest; null: not a file source or an older store",
+    )
+    stale: bool | None = Field(
+        None,
+        description="true: its source file changed or vanished since ingest, so the text may be outdated "
+        "(ingest again); null: unknown (not a file source, or an older store)",
+    )
 
 
 class PackedItem(ContractModel):

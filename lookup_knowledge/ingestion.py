@@ -18,6 +18,7 @@ import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -38,6 +39,7 @@ from lookup_knowledge.adapters.search import (
     StoreUnavailableError,
     evidence_key,
 )
+from lookup_knowledge.adapters.source_files import INGESTED_AT_FIELD, SOURCE_FILE_FIELD
 from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
 from lookup_knowledge.chunking import CHUNKING, Chunk, SourceSpan, chunk_document
 from lookup_knowledge.config import Config
@@ -71,6 +73,7 @@ class _PendingChunk:
     chunk: Chunk
     doc_hash: str
     doc_chunks: int
+    ingested_at: str
 
 
 def ingest(
@@ -116,7 +119,7 @@ def _sync(
     documents = corpus.documents
     stored = store.documents()
     hashes = {doc.doc_id: document_hash(doc, config, embedder.model_name) for doc in documents}
-    changed = [doc for doc in documents if not _holds(stored.get(doc.doc_id), hashes[doc.doc_id])]
+    changed = [doc for doc in documents if not _holds(stored.get(doc.doc_id), hashes[doc.doc_id], doc)]
     chunks = {doc.doc_id: chunk_document(doc, config.ingest.chunk_chars) for doc in changed}
     _write(changed, chunks, hashes, store, embedder, progress)
     gone = _prunable(stored, hashes, corpus.skipped) if prune else []
@@ -136,9 +139,15 @@ def _sync(
     )
 
 
-def _holds(stored: StoredDocument | None, doc_hash: str) -> bool:
-    """The store holds this version of the document, complete, and no other: it is unchanged."""
-    return stored is not None and stored.holds_only(doc_hash)
+def _holds(stored: StoredDocument | None, doc_hash: str, doc: SourceDocument) -> bool:
+    """The store holds this version of the document, complete, and no other: it is unchanged.
+
+    A file whose bytes changed without changing the document (a frontmatter field not read) is
+    written again, so its blocks carry the new version; a store from before versions is not
+    re-embedded for them (its blocks' freshness stays unknown until the document changes)."""
+    if stored is None or not stored.holds_only(doc_hash):
+        return False
+    return stored.source_version is None or doc.file is None or stored.source_version == doc.file.version
 
 
 def _prunable(
@@ -167,11 +176,12 @@ def _write(
     (the model pads each batch to its longest), so each write replaces whole documents.
     """
     ordered = sorted(documents, key=lambda doc: _mean_length(chunks[doc.doc_id]))
+    ingested_at = datetime.now(UTC).isoformat(timespec="seconds")
     with _progress_bar(progress) as bar:
         task = bar.add_task("embedding chunks", total=sum(map(len, chunks.values())))
         for group in _groups(ordered, chunks, EMBED_GROUP):
             pending = [
-                _PendingChunk(doc, chunk, hashes[doc.doc_id], len(chunks[doc.doc_id]))
+                _PendingChunk(doc, chunk, hashes[doc.doc_id], len(chunks[doc.doc_id]), ingested_at)
                 for doc in group
                 for chunk in chunks[doc.doc_id]
             ]
@@ -279,6 +289,8 @@ def _payload(pending: _PendingChunk) -> dict[str, object]:
         INSTRUCTION_LIKE_FIELD: bool(block_markers(chunk.breadcrumb, chunk.content)),
         LOCATION_FIELD: _location_payload(chunk.location),
         HEADING_PATH_FIELD: list(chunk.heading_path),
+        INGESTED_AT_FIELD: pending.ingested_at,
+        SOURCE_FILE_FIELD: doc.file.payload() if doc.file else None,
     }
 
 

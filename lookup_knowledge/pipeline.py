@@ -19,6 +19,7 @@ from lookup_knowledge.contract import LookupResult, NodeTiming
 from lookup_knowledge.dataflows import (
     abstention,
     context,
+    freshness,
     postprocessing,
     query_understanding,
     result,
@@ -27,7 +28,7 @@ from lookup_knowledge.dataflows import (
 from lookup_knowledge.dataflows.abstention import AbstentionPolicy
 from lookup_knowledge.dataflows.retrieval import FallbackPolicy, HybridFusion
 
-DATAFLOW_MODULES = (query_understanding, retrieval, postprocessing, abstention, context, result)
+DATAFLOW_MODULES = (query_understanding, retrieval, postprocessing, freshness, abstention, context, result)
 FINAL_NODE = "lookup_result"
 REQUEST_NODE = "l1_requests"  # what to ask the store; ``l1_answers`` asks it
 ANSWER_NODE = "l1_answers"

@@ -21,9 +21,9 @@ from lookup_knowledge.contract import L0Hints
 from lookup_knowledge.dataflows.postprocessing import (
     candidates_df,
     deduped_df,
-    evidence_blocks,
     evidence_cuts,
     identity_key,
+    ranked_evidence_blocks,
     reranked_df,
     screened_df,
 )
@@ -355,7 +355,7 @@ def test_evidence_blocks_follow_reranked_order():
             ("filtered", make_hit("b", 3, 0.8, payload={"source": "b.md", "breadcrumb": "B > x"})),
         ]
     )
-    blocks = evidence_blocks(df)
+    blocks = ranked_evidence_blocks(df)
     assert [(b.evidence_key, b.rank) for b in blocks] == [("a#chunk-0", 1), ("b#chunk-3", 2)]
     assert blocks[1].chunk_index == 3 and blocks[1].source == "b.md"
     assert blocks[0].category == "payments"
@@ -437,7 +437,7 @@ def test_hits_without_doc_id_or_source_among_others_become_evidence_blocks():
         ],
         hints=NO_HINTS,
     )
-    blocks = evidence_blocks(df)
+    blocks = ranked_evidence_blocks(df)
     assert [(b.evidence_key, b.doc_id, b.source, b.title) for b in blocks] == [
         ("vector:p-1", None, None, None),
         ("b#chunk-3", "b", "b.md", "B"),

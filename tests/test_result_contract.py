@@ -57,6 +57,10 @@ BLOCK_FIELDS = {
     "hitReasons",
     "instructionLike",
     "location",
+    "ingestedAt",
+    "sourcePath",
+    "sourceVersion",
+    "stale",
 }
 TRACE_FIELDS = {
     "l0Hints",

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from lookup_knowledge.adapters.source_files import file_version
 from lookup_knowledge.contract import ContractModel, InvocationRecordStatus, LookupResult
 
 VERIFY_TOOL_NAME = "verify_answer"
@@ -210,11 +211,6 @@ def source_is_current(block: ReturnedBlock) -> bool:
         return file_version(Path(block.source_path)) == block.source_version
     except OSError:  # vanished or unreadable: what the block says is no longer there to check
         return False
-
-
-def file_version(path: Path) -> str:
-    """The version of a source file: the hash of its bytes (what ingest records)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:32]
 
 
 def _cached(check: Callable[[ReturnedBlock], bool]) -> Callable[[ReturnedBlock], bool]:

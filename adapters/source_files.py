@@ -1,0 +1,77 @@
+"""Source files as ingest saw them, and whether each is still so: the freshness of evidence.
+
+A chunk's payload keeps its file's absolute path, version (the hash of its bytes), modification
+time and size at ingest. A check stats the file first and hashes it only when the time or size
+differ, so an unchanged file costs one ``stat``.
+
+>>> stamp = SourceFile.read(Path("kb/guide.md"))  # doctest: +SKIP
+>>> is_stale(stamp)  # doctest: +SKIP
+False
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from lookup_knowledge.adapters.search import SOURCE_FILE_FIELD
+
+INGESTED_AT_FIELD = "ingested_at"  # when the chunk's document version was written (ISO 8601, UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """A source file as ingest read it."""
+
+    path: str
+    version: str
+    mtime_ns: int
+    size: int
+
+    @classmethod
+    def read(cls, path: Path) -> tuple[SourceFile, bytes]:
+        """The stamp of ``path`` and its bytes; stat before reading, so a write in between reads
+        as a change, never as the old version."""
+        stat = path.stat()
+        raw = path.read_bytes()
+        return cls(str(path.absolute()), bytes_version(raw), stat.st_mtime_ns, stat.st_size), raw
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> SourceFile | None:
+        """The stamp a chunk's payload carries; ``None`` for no file source or an older store."""
+        stamp = payload.get(SOURCE_FILE_FIELD)
+        if not isinstance(stamp, Mapping):
+            return None
+        try:
+            return cls(str(stamp["path"]), str(stamp["version"]), int(stamp["mtime_ns"]), int(stamp["size"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def payload(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bytes_version(raw: bytes) -> str:
+    """The version of a source file's content: the first 32 hex digits of its SHA-256."""
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
+def file_version(path: Path) -> str:
+    """The version of the file at ``path`` now."""
+    return bytes_version(path.read_bytes())
+
+
+def is_stale(stamp: SourceFile) -> bool:
+    """Whether the file changed (other bytes) or vanished since ``stamp``; same time and size
+    count as unchanged without reading it."""
+    try:
+        stat = os.stat(stamp.path)
+        if (stat.st_mtime_ns, stat.st_size) == (stamp.mtime_ns, stamp.size):
+            return False
+        return file_version(Path(stamp.path)) != stamp.version
+    except OSError:  # vanished or unreadable: what the block says is no longer there to check
+        return True
