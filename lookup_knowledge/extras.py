@@ -10,6 +10,7 @@ EXTRAS = {
     "mcp": ("mcp",),
     "postgres": ("psycopg",),
     "otel": ("opentelemetry",),
+    "watch": ("watchfiles",),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Annotated
@@ -74,9 +75,19 @@ def ingest_command(
     prune: Annotated[
         bool, typer.Option("--prune", help="Remove stored documents no longer in SOURCE.")
     ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="Keep the store in sync with the SOURCE folder (pruning deletions) until Ctrl-C or SIGTERM.",
+        ),
+    ] = False,
 ) -> None:
     """Ingest a knowledge source into the configured store and L0 index."""
     settings = _config(config, overrides)
+    if watch:
+        _watch(source, settings)
+        return
     try:
         report = ingest(source, settings, prune=prune, progress=True)  # a bar, or lines in a log
     except (CorpusError, StoreError) as exc:
@@ -84,6 +95,36 @@ def ingest_command(
     except EmbedderError as exc:  # what was written stays; the next run completes it
         _fail(f"{exc}; documents written before the failure are kept, run ingest again", code=1)
     _print_ingest_report(report)
+
+
+def _watch(source: Path, settings: Config) -> None:
+    """``ingest --watch``: one line per ingest; the ingest in progress finishes before the exit."""
+    from lookup_knowledge.watch import stop_on_signals, watch_ingest
+
+    try:
+        require("watch", "ingest --watch")
+    except MissingExtraError as exc:
+        _fail(str(exc))
+    if not source.is_dir():
+        _fail(f"--watch needs a folder: {source}")
+
+    def report_line(report: IngestReport) -> None:
+        console.print(
+            f"ingested {report.documents} documents: {report.new} new, {report.updated} updated, "
+            f"{report.pruned} pruned, {report.chunks_written} chunks written in {report.seconds:.2f} s",
+            highlight=False, markup=False,
+        )  # fmt: skip
+
+    def error_line(exc: Exception) -> None:
+        errors.print(f"ingest failed, retried at the next change: {exc}", highlight=False, markup=False)
+
+    with stop_on_signals(threading.Event()) as stop:
+        console.print(f"watching {source} (Ctrl-C to stop)", highlight=False, markup=False)
+        try:
+            watch_ingest(source, settings, stop, report_line, on_error=error_line)
+        except (CorpusError, StoreError, EmbedderError) as exc:  # the first sync failed
+            _fail(str(exc))
+    console.print("stopped", highlight=False, markup=False)
 
 
 def _print_ingest_report(report: IngestReport) -> None:
