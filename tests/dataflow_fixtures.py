@@ -18,6 +18,7 @@ from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.agent.tool import KnowledgeTool
 from lookup_knowledge.config import Config
+from lookup_knowledge.probes import PROBE_QUERIES
 from lookup_knowledge.stores import l0_index_path, open_store
 
 # Queries with a known L0 shape on the sample knowledge base.
@@ -86,6 +87,9 @@ class SearchCall:
     error: str | None = None
 
 
+_PROBES = frozenset(PROBE_QUERIES)
+
+
 class FaultySearchPort(KnowledgeSearchPort):
     """The real store, wrapped: raises on filtered (or unfiltered, or every) search, and records
     each request and each round trip.
@@ -129,7 +133,14 @@ class FaultySearchPort(KnowledgeSearchPort):
         return call.hits
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
-        """Like a store's batch: one failing request fails the whole round trip."""
+        """Like a store's batch: one failing request fails the whole round trip.
+
+        The store's calibration probes (once per tool, ``lookup_knowledge.calibration``) fail
+        like any search but are not recorded: tests count the lookup's own searches."""
+        if requests and all(request.query_text in _PROBES for request in requests):
+            if any(self._fails(request) for request in requests):
+                raise ConnectionError(self.message)
+            return self.inner.search_batch(requests)
         self.round_trips.append(list(requests))
         return [self._search(request) for request in requests]
 
