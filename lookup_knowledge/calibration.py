@@ -75,6 +75,7 @@ class ProbeCalibration:
     def __init__(self, probes: tuple[str, ...] = PROBE_QUERIES) -> None:
         self.probes = probes
         self._nulls: dict[tuple, dict[Script, ProbeNull]] = {}
+        self._generation = 0  # resets so far: a null measured across one is not kept
         self._lock = threading.Lock()
 
     def null_for(
@@ -85,9 +86,17 @@ class ProbeCalibration:
         shape = (id(search_port), request.mode, request.fusion, request.prefetch_k, request.top_k)
         script = script_of(request.query_text)
         with self._lock:
-            if shape not in self._nulls:
-                self._nulls[shape] = self._measure(request, search_port, embedder)
-            return self._nulls[shape][script]
+            known, generation = self._nulls.get(shape), self._generation
+        if known is None:
+            # Measured without the lock: the probes' search may reopen the store, whose reopen
+            # hook calls reset (same thread or another one waiting on the store): holding the
+            # lock here deadlocked. Two first lookups may both measure; one result is kept, and
+            # a null measured across a reset is used once but not kept.
+            known = self._measure(request, search_port, embedder)
+            with self._lock:
+                if generation == self._generation:
+                    known = self._nulls.setdefault(shape, known)
+        return known[script]
 
     def _measure(
         self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
@@ -114,3 +123,4 @@ class ProbeCalibration:
         """Forget every null: the next lookup measures the store again."""
         with self._lock:
             self._nulls.clear()
+            self._generation += 1
