@@ -5,9 +5,10 @@ of the command it shows.
     python docs/readme_example.py --check    # exit 1 if the block is not current
 
 Long strings are shortened with "…", executed nodes after the first few are elided, floats are
-rounded to 4 places, and node timings and the invocation row id (which differ per run) are
-masked. Scores differ between CPUs and encoder backends in the fourth decimal (OpenVINO on an
-AMD EPYC against an Intel Xeon: 2.3600 vs 2.3607), which can swap two near-tied hits of a search
+rounded to 4 places, and what differs per run or checkout is masked (node timings, the row id,
+the cold start, the ingest time, the absolute source path). Scores differ between CPUs and
+encoder backends in the fourth decimal (OpenVINO on an AMD EPYC against an Intel Xeon: 2.3600
+vs 2.3607), which can swap two near-tied hits of a search
 whose scores the trace does not show; so a block is current when every float is within
 :data:`FLOAT_TOLERANCE` of a fresh run's, each attempt holds the same hit keys (in any order) and
 everything else is equal. Only a stale block is rewritten.
@@ -33,6 +34,8 @@ COMMAND = (
 BLOCK = re.compile(r"(<!-- readme-example:start -->\n```json\n)(.*?)(```\n<!-- readme-example:end -->)", re.S)
 MAX_STRING = 160
 SHOWN_NODES = 4
+# what differs per run or per checkout: timings, the row id, the ingest time, the absolute path
+RUN_SPECIFIC = {"ms", "id", "coldStartMs", "ingestedAt", "sourcePath"}
 FLOAT_TOLERANCE = 5e-3  # absolute, and relative to the larger value: what varies by CPU and backend
 
 
@@ -51,7 +54,7 @@ def shorten(value: Any, key: str = "") -> Any:
         if key == "executedNodes":
             return [*(shorten(node) for node in value[:SHOWN_NODES]), {"name": "…", "ms": "…"}]
         return [shorten(item) for item in value]
-    if key in {"ms", "id"} and isinstance(value, int | float):
+    if key in RUN_SPECIFIC and value is not None:
         return "…"
     if isinstance(value, float):
         return round(value, 4)
