@@ -133,6 +133,7 @@ def test_every_stored_chunk_is_located_in_its_source_file(sample: SampleIngest, 
 def test_a_store_ingested_before_locations_still_serves(tmp_path: Path, embedder) -> None:
     from lookup_knowledge import KnowledgeTool
     from lookup_knowledge.adapters.search import StoredChunk, evidence_key
+    from lookup_knowledge.adapters.sparse import bm25_encoder
 
     config = make_config(tmp_path / "store")
     text = "Rotate the API keys every ninety days and revoke the old key after the switch."
@@ -143,12 +144,13 @@ def test_a_store_ingested_before_locations_still_serves(tmp_path: Path, embedder
     }  # fmt: skip
     store = open_store(config, embedder.dimension)
     try:
-        store.write_documents([StoredChunk(embedder.embed_documents([text])[0].tolist(), payload)])
+        dense, sparse = embedder.embed_documents([text])[0].tolist(), bm25_encoder().embed_document(text)
+        store.write_documents([StoredChunk(dense, payload, sparse)])
     finally:
         store.close()
     with KnowledgeTool.from_config(config) as tool:
         result = tool.lookup("how often are API keys rotated")
-    assert result.found
+    assert result.found, result.retrieval_trace.evidence_verdict
     assert result.evidence_blocks[0].location is None
     assert result.model_dump(by_alias=True, mode="json")["evidenceBlocks"][0]["location"] is None
 
@@ -310,7 +312,7 @@ def test_cli_ingest_into_a_log_prints_progress_lines(
     result = runner.invoke(app, ["ingest", str(small_corpus), "--set", f"store.path={tmp_path / 's'}"])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stderr.splitlines() if line.startswith("embedding chunks: ")]
-    assert len(lines) >= 3 and lines[-1].startswith("embedding chunks: 3/3 (100%)")  # one chunk each
+    assert len(lines) >= 3 and lines[-1].startswith("embedding chunks: 4/4 (100%)")  # refunds: two
     assert "\x1b[" not in result.stderr  # no terminal control codes in a log
 
 
