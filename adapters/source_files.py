@@ -47,12 +47,24 @@ class SourceFile:
         if not isinstance(stamp, Mapping):
             return None
         try:
-            return cls(str(stamp["path"]), str(stamp["version"]), int(stamp["mtime_ns"]), int(stamp["size"]))
+            path = os.fsdecode(bytes.fromhex(stamp["path_bytes"])) if "path_bytes" in stamp else stamp["path"]
+            return cls(str(path), str(stamp["version"]), int(stamp["mtime_ns"]), int(stamp["size"]))
         except (KeyError, TypeError, ValueError):
             return None
 
+    @property
+    def display_path(self) -> str:
+        """The path as text any JSON writer takes: undecodable bytes of the file name (read as
+        surrogates) shown as ``\\xff`` escapes."""
+        return os.fsencode(self.path).decode("utf-8", "backslashreplace")
+
     def payload(self) -> dict[str, Any]:
-        return asdict(self)
+        """The stamp as the payload keeps it; a file name that is not UTF-8 also as its bytes
+        (hex), so the stale check still finds the file."""
+        fields = asdict(self)
+        if self.display_path != self.path:
+            fields |= {"path": self.display_path, "path_bytes": os.fsencode(self.path).hex()}
+        return fields
 
 
 def bytes_version(raw: bytes) -> str:

@@ -283,7 +283,7 @@ def ranked_evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
             instruction_like=row["instruction_like"],
             location=row["location"],
             ingested_at=row["ingested_at"],
-            source_path=row["source_file"].path if row["source_file"] else None,
+            source_path=row["source_file"].display_path if row["source_file"] else None,
             source_version=row["source_file"].version if row["source_file"] else None,
         )
         for row in records(reranked_df)

@@ -218,7 +218,8 @@ def test_session_memory_is_bounded_in_bytes(agent: AgentLookup) -> None:
 
 async def _call_with_extra_argument(agent: AgentLookup) -> tuple[dict, object, object]:
     async with Client(build_server(agent)) as client:
-        [tool] = (await client.list_tools()).tools
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}  # and verify_answer
+        tool = tools["lookup_knowledge"]
         extra = await client.call_tool("lookup_knowledge", {"query": QUERY, "category": "payments"})
         plain = await client.call_tool("lookup_knowledge", {"query": QUERY})
     return tool.input_schema, extra, plain
