@@ -73,8 +73,8 @@ SMALL_CORPUS: dict[str, tuple[dict[str, Any], str]] = {
         },
         "# Refund Policy\n\nCustomers may request a refund within 30 days of purchase. The refund goes "
         "back to the original payment method; support confirms it by email within two days.\n\n"
-        "## Exceptions\n\nDigital goods that were downloaded are not refundable. Gift cards, custom "
-        "orders and services already delivered are excluded too, unless local law says otherwise.\n",
+        "## Exceptions\n\nDigital goods that were downloaded are not refundable. Custom orders and "
+        "services that were already delivered are excluded too, unless local law says otherwise.\n",
     ),
     "infrastructure/kafka.md": (
         {
