@@ -15,8 +15,9 @@ stripped inside it or re-joined. The rules, in order:
   and closes in another). A long paragraph is cut between sentences, a sentence longer than
   ``max_chars`` at ``max_chars``. A heading never ends a chunk: it goes with the block after it.
 - a section's pieces are as even in size as its blocks allow (docs/quality.md);
-- a chunk under :data:`MIN_CHUNK_CHARS` (or half of ``max_chars``, if less) joins its neighbour in the same document (the next one
-  when it opens its section, as an introduction to what follows, else the one before), so the
+- a chunk under :data:`MIN_CHUNK_CHARS` (or half of ``max_chars``, if less) joins its neighbour
+  in the same document (the next one when it opens its section, as an introduction to what
+  follows, else the one before), so the
   joined chunk is still one contiguous excerpt; it may then exceed ``max_chars`` by that much.
 """
 

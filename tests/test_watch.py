@@ -74,9 +74,7 @@ def test_an_edit_and_a_deletion_reach_a_serving_process_and_sigterm_stops_cleanl
     embedder: SentenceTransformerEmbedder,
 ) -> None:
     process, lines, kb = watcher
-    tool = KnowledgeTool(
-        make_config(tmp_path / "store"), embedder=embedder
-    )  # serves between ingests
+    tool = KnowledgeTool(make_config(tmp_path / "store"), embedder=embedder)  # serves between ingests
     try:
         assert tool.lookup("kafka consumer lag").found
         write_markdown(kb, "payments/gift-cards.md", {"id": "gift-cards", "title": "Gift cards"}, NEW_TEXT)

@@ -51,7 +51,8 @@ print(json.dumps({"ready": True}), flush=True)
 for _ in sys.stdin:
     try:
         r = ingest(kb, config, embedder=embedder)
-        print(json.dumps({"ok": True, "new": r.new, "updated": r.updated, "unchanged": r.unchanged}), flush=True)
+        counts = {"new": r.new, "updated": r.updated, "unchanged": r.unchanged}
+        print(json.dumps({"ok": True, **counts}), flush=True)
     except Exception as exc:
         print(json.dumps({"ok": False, "error": str(exc)}), flush=True)
 """
