@@ -4,7 +4,8 @@ The absolute cosine of a small embedding model means different things on differe
 off-topic question scores 0.45 on one store and 0.25 on another), so a lookup's top score is
 read against what *this* store gives the probe set (``lookup_knowledge.probes``): the share of
 probes it beats. The probes run once per store and search configuration, lazily at the first
-lookup (one batched embedding, one batched search), and again after the store was reopened.
+lookup (one batched embedding, one batched search), and again after the store was reopened (the
+search only: the probes' vectors are kept for the process, they depend on the model alone).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class ProbeCalibration:
     def __init__(self, probes: tuple[str, ...] = PROBE_QUERIES) -> None:
         self.probes = probes
         self._nulls: dict[tuple, dict[Script, ProbeNull]] = {}
+        self._vectors: dict[int, list] = {}  # per embedder: the probes' query vectors
         self._generation = 0  # resets so far: a null measured across one is not kept
         self._lock = threading.Lock()
 
@@ -101,7 +103,9 @@ class ProbeCalibration:
     def _measure(
         self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
     ) -> dict[Script, ProbeNull]:
-        vectors = embedder.embed_queries(list(self.probes))
+        vectors = self._vectors.get(id(embedder))
+        if vectors is None:
+            vectors = self._vectors.setdefault(id(embedder), list(embedder.embed_queries(list(self.probes))))
         sparse = request.mode != "dense"
         requests = [
             replace(

@@ -9,10 +9,13 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import SMALL_CORPUS, make_config, write_corpus
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 from test_agent_lookup import KAFKA_QUERY, REFUND_QUERY
 
+from lookup_knowledge import ingest
+from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.agent.lookup import TOOL_DESCRIPTION, TOOL_NAME
 from lookup_knowledge.agent.verify import VERIFY_DESCRIPTION, VERIFY_TOOL_NAME
@@ -155,3 +158,29 @@ def test_verify_answer_over_stdio_flags_each_fault(sample_store: Path) -> None:
     assert {row.session_id for row in verify_rows} == {
         rows[-len(expected) - 1].session_id
     }  # the lookup's session
+
+
+async def _verify_after_edit(store: Path, source: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A cited block verified before and after its source file was edited, in one session."""
+    async with _server(store) as client:
+        refund = _contract(await client.call_tool(TOOL_NAME, {"query": REFUND_QUERY}))
+        block = next(b for b in refund["evidenceBlocks"] if b["docId"] == "refunds")
+        quote = " ".join(block["content"].split()[2:8])
+        answer = f'Refunds: "{quote}" [{block["evidenceKey"]}].'
+        before = _contract(await client.call_tool(VERIFY_TOOL_NAME, {"answer": answer}))
+        with source.open("a", encoding="utf-8") as out:
+            out.write("\nEdited after the lookup.\n")
+        after = _contract(await client.call_tool(VERIFY_TOOL_NAME, {"answer": answer}))
+    return before, after
+
+
+@pytest.mark.slow  # a CLI process that loads the model
+def test_verify_answer_over_stdio_flags_a_block_whose_source_changed(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    kb = write_corpus(tmp_path / "kb", SMALL_CORPUS)
+    ingest(kb, make_config(tmp_path / "store"), embedder=embedder)
+    before, after = anyio.run(_verify_after_edit, tmp_path / "store", kb / "payments/refunds.md")
+    assert [c["status"] for c in before["citations"]] == ["ok"]
+    assert [c["status"] for c in after["citations"]] == ["stale"]
+    assert (before["verified"], after["verified"]) == (True, False)

@@ -117,3 +117,51 @@ def test_cli_lists_postgres_invocations(pg_config: Config, pg_url: str, tmp_path
     assert (row["input"], row["status"]) == ("rotate production API keys", "evidence")
     shown = runner.invoke(app, ["invocations", "show", str(row["id"]), "--json", *settings])
     assert json.loads(shown.stdout)["retrieval_details"]["evidenceDomains"][0] == "security"
+
+
+V1_SCHEMA = [
+    """CREATE TABLE tool_invocation (
+        id SERIAL PRIMARY KEY, created_at TIMESTAMP NOT NULL, session_id TEXT,
+        tool_name VARCHAR(64) NOT NULL, input TEXT NOT NULL, status VARCHAR(32) NOT NULL,
+        evidence_count INTEGER NOT NULL, retrieval_layer VARCHAR(16), fallback_reason VARCHAR(64),
+        latency_ms FLOAT NOT NULL, retrieval_details JSONB NOT NULL)""",
+    "CREATE INDEX ix_tool_invocation_session ON tool_invocation (session_id, id)",
+    "CREATE TABLE schema_version (version INTEGER NOT NULL PRIMARY KEY, applied_at TIMESTAMP NOT NULL)",
+    "INSERT INTO schema_version VALUES (1, '2026-11-01 10:00:00')",
+    """INSERT INTO tool_invocation (created_at, session_id, tool_name, input, status, evidence_count,
+        retrieval_layer, fallback_reason, latency_ms, retrieval_details) VALUES ('2026-11-01 10:00:00',
+        's-old', 'lookup_knowledge', 'refunds?', 'evidence', 1, 'L1', NULL, 12.0,
+        '{"evidenceDomains": ["payments"]}')""",
+]
+
+
+def test_a_version_1_postgres_record_migrates_and_keeps_its_rows(pg_url: str) -> None:
+    """A record written before ``returned_evidence`` existed gains the column, keeps its rows."""
+    base = make_url(pg_url)
+    schema = f"lk_v1_{uuid.uuid4().hex[:12]}"
+    url = base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    admin = create_engine(base)
+    with admin.begin() as connection:
+        connection.execute(text(f"CREATE SCHEMA {schema}"))
+    old = create_engine(url)
+    try:
+        with old.begin() as connection:
+            for statement in V1_SCHEMA:
+                connection.execute(text(statement))
+        recorder = InvocationRecorder(url)
+        try:
+            assert recorder.schema_version() == SCHEMA_VERSION == 2
+            [row] = recorder.list()
+            assert (row.session_id, row.returned_evidence) == ("s-old", None)
+            assert recorder.session_domains("s-old") == ["payments"]
+        finally:
+            recorder.close()
+        with old.connect() as connection:
+            versions = connection.execute(text("SELECT version FROM schema_version ORDER BY 1")).scalars()
+            assert list(versions) == [1, 2]
+        assert "returned_evidence" in {c["name"] for c in inspect(old).get_columns("tool_invocation")}
+    finally:
+        old.dispose()
+        with admin.begin() as connection:
+            connection.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
