@@ -59,6 +59,9 @@ class SourceSpan:
     end_char: int
     start_line: int | None = None
     end_line: int | None = None
+    page: int | None = None  # a converted document's page (PDF), slide (PPTX) or sheet (XLSX)
+    slide: int | None = None
+    sheet: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,8 @@ class _Piece:
 
 def chunk_document(doc: SourceDocument, max_chars: int) -> list[Chunk]:
     """All chunks of a document, numbered 0..n-1."""
+    if doc.parts:
+        return _part_chunks(doc, max_chars)
     if doc.format == "markdown":
         sections = _markdown_sections(doc.body, max_chars)
     else:
@@ -118,6 +123,23 @@ def chunk_document(doc: SourceDocument, max_chars: int) -> list[Chunk]:
         )
         for i, p in enumerate(pieces)
     ]  # fmt: skip
+
+
+def _part_chunks(doc: SourceDocument, max_chars: int) -> list[Chunk]:
+    """A converted document's chunks, page by page (slide, sheet): no chunk spans two, and
+    each says which it lies on."""
+    chunks: list[Chunk] = []
+    for part in doc.parts:
+        piece = replace(
+            doc, body=doc.body[part.start : part.end], parts=(), body_offset=doc.body_offset + part.start,
+            body_line=doc.body_line + doc.body.count("\n", 0, part.start),
+        )  # fmt: skip
+        where = {"sheet": part.name} if part.kind == "sheet" else {part.kind: part.number}
+        for chunk in chunk_document(piece, max_chars):
+            if chunk.location is not None:
+                located = replace(chunk.location, **where)
+                chunks.append(replace(chunk, chunk_index=len(chunks), location=located))
+    return chunks or [Chunk(0, doc.title, doc.description or doc.title or doc.doc_id)]
 
 
 def split_by_size(text: str, max_chars: int) -> list[str]:
