@@ -32,11 +32,11 @@ from typing import IO, Any, Literal
 DOCUMENT_SUFFIXES = {
     ".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html", ".pptx": "pptx", ".xlsx": "xlsx",
 }  # fmt: skip
-CONVERTER = "pdfium+openpyxl+markitdown-1"  # in each cache entry: a change converts again
+CONVERSION = "pdfium-headings+openpyxl-tables+markitdown/2"  # a change here converts every file again
 INSTALL_HINT = "pip install 'lookup-knowledge[documents]'"
 _OOXML_MAIN = {".docx": "word/", ".pptx": "ppt/", ".xlsx": "xl/"}
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SLIDE_MARK = re.compile(r"^<!-- Slide number: (\d+) -->\n", re.M)
-_NO_TEXT = re.compile(r"[\s\ufffe\uffff\x00]*")
 
 PartKind = Literal["page", "slide", "sheet"]
 
@@ -131,23 +131,117 @@ def _pdf(raw: bytes) -> Converted:
     try:
         pages, images = [], 0
         for page in pdf:
-            pages.append(_normalized(page.get_textpage().get_text_range()))
-            if not _NO_TEXT.fullmatch(pages[-1]):
-                continue
-            images += any(obj.type == pdfium.raw.FPDF_PAGEOBJ_IMAGE for obj in page.get_objects())
+            pages.append(_page_lines(page))
+            if not any(line.text for line in pages[-1]):
+                images += any(obj.type == pdfium.raw.FPDF_PAGEOBJ_IMAGE for obj in page.get_objects())
         title = (pdf.get_metadata_dict().get("Title") or "").strip() or None
     finally:
         pdf.close()
-    if all(_NO_TEXT.fullmatch(text) for text in pages):
+    if not any(line.text for lines in pages for line in lines):
         if images:
             raise DocumentSkip("image-only PDF (no text layer): needs OCR, which is not supported")
         raise DocumentSkip(f"no text: {len(pages)} blank page(s)")
-    return _joined(pages, "page", "text", title)
+    return _joined(_marked_headings(pages), "page", "markdown", title)
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    text: str
+    size: float  # the most common height of its characters' boxes (font size as drawn)
+
+
+def _page_lines(page: Any) -> list[_Line]:
+    """The page's text lines (PDFium's reading order) with the size they are drawn at; PDFium's
+    line-end hyphen (``\x02``) as ``-``, other control characters dropped."""
+    import pypdfium2.raw as pdfium_c
+
+    textpage = page.get_textpage()  # held: the handle is valid while it lives
+    handle = textpage.raw
+    lines: list[_Line] = []
+    chars: list[str] = []
+    sizes: list[float] = []
+    high = 0  # a UTF-16 high surrogate waiting for its pair
+
+    def flush() -> None:
+        text = "".join(chars).strip()
+        lines.append(_Line(text, max(set(sizes), key=sizes.count) if sizes else 0.0))
+        chars.clear()
+        sizes.clear()
+
+    box = pdfium_c.FS_RECTF()
+    for index in range(pdfium_c.FPDFText_CountChars(handle)):
+        code = pdfium_c.FPDFText_GetUnicode(handle, index)
+        if code == 0x0A:
+            flush()
+            continue
+        if 0xD800 <= code < 0xDC00:
+            high = code
+            continue
+        if 0xDC00 <= code < 0xE000:
+            char, high = (chr(0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00)) if high else ""), 0
+        elif code == 0x02:
+            char = "-"
+        else:
+            char = chr(code) if code >= 0x20 or code == 0x09 else ""
+        if not char:
+            continue
+        chars.append(char)
+        if not char.isspace() and pdfium_c.FPDFText_GetLooseCharBox(handle, index, box):
+            sizes.append(round(box.top - box.bottom, 1))
+    flush()
+    textpage.close()
+    return [line for line in lines if line.text]
+
+
+HEADING_SIZE = 1.1  # a line drawn this much larger than the body text is a heading
+HEADING_WORDS = 14  # and has at most this many words (several lines of one heading together)
+
+
+def _marked_headings(pages: list[list[_Line]]) -> list[str]:
+    """Each page as markdown: lines drawn larger than the body text (the size most characters
+    have), short and not ending a sentence, become headings, one level per size; consecutive
+    lines of one size form one heading. A PDF has no structure to read headings from: this is
+    the usual heuristic (docs/documents.md measures it)."""
+    weights: dict[float, int] = {}
+    for line in (line for lines in pages for line in lines):
+        weights[line.size] = weights.get(line.size, 0) + len(line.text)
+    body = max(weights, key=lambda size: weights[size])
+    heading_sizes = sorted({round(line.size) for lines in pages for line in lines if _heading(line, body)})
+    levels = {size: min(6, len(heading_sizes) - rank) for rank, size in enumerate(heading_sizes)}
+    texts = []
+    for lines in pages:
+        out: list[str] = []
+        last: _Line | None = None
+        for line in lines:
+            if not _heading(line, body):
+                out.append("\\" + line.text if line.text.startswith("#") else line.text)
+                last = None
+            elif (
+                last
+                and abs(last.size - line.size) < 0.6
+                and len((out[-1] + line.text).split()) <= HEADING_WORDS + 1
+            ):
+                out[-1] += " " + line.text
+            else:
+                out.append("#" * levels[round(line.size)] + " " + line.text)
+                last = line
+        texts.append("\n".join(out))
+    return texts
+
+
+def _heading(line: _Line, body: float) -> bool:
+    words = len(line.text.split())
+    return (
+        line.size >= HEADING_SIZE * body
+        and 1 <= words <= HEADING_WORDS
+        and not line.text.endswith((".", ",", ";"))
+        and any(char.isalpha() for char in line.text)
+    )
 
 
 def _normalized(text: str) -> str:
-    """Text with ``\\n`` line ends, no NUL or form feeds, and no trailing blank space."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "").replace("\x0c", "\n")
+    """Text with ``\\n`` line ends, no control characters but tabs, no trailing blank space."""
+    text = _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n").replace("\x0c", "\n"))
     return "\n".join(line.rstrip() for line in text.split("\n")).strip()
 
 
@@ -393,6 +487,17 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0][:200] if text else "no message"
 
 
+def converter_id() -> str:
+    """This conversion and the converters' versions: kept texts from another are converted again."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    names = ("pypdfium2", "openpyxl", "markitdown", "mammoth", "python-pptx", "markdownify")
+    try:
+        return CONVERSION + " " + " ".join(f"{name}=={version(name)}" for name in names)
+    except PackageNotFoundError:
+        return CONVERSION
+
+
 def cache_path(cache_dir: Path, version: str) -> Path:
     """Where the converted text of the file version ``version`` is kept."""
     return cache_dir / f"{version}.json"
@@ -404,7 +509,7 @@ def load_converted(cache_dir: Path | None, version: str) -> Converted | None:
         return None
     try:
         data = json.loads(cache_path(cache_dir, version).read_text(encoding="utf-8"))
-        if data.get("converter") != CONVERTER:
+        if data.get("converter") != converter_id():
             return None
         return _from_dict(data)
     except (OSError, ValueError, KeyError, TypeError):
@@ -420,7 +525,7 @@ def save_converted(cache_dir: Path | None, version: str, converted: Converted) -
     """Keep the converted text (best effort: without it the next ingest converts again)."""
     if cache_dir is None:
         return
-    data = {"converter": CONVERTER, **asdict(converted)}
+    data = {"converter": converter_id(), **asdict(converted)}
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         target = cache_path(cache_dir, version)
