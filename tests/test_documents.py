@@ -28,11 +28,19 @@ from lookup_knowledge.ingestion import ingest
 from lookup_knowledge.stores import converted_dir, open_store
 
 FILLER = "Ducks paddle across the pond while the keeper counts them at dawn. " * 4
+GUIDE = [f"# Opening hours\n{FILLER}", f"# Refunds\nRefund window is 30 days.\n{FILLER}"]  # two pages
+
+
+def _pdf_line(line: str) -> str:
+    """One line of text (Helvetica 10 pt; a line written ``# Title`` at 20 pt), then a line break."""
+    size, line = (20, line[2:]) if line.startswith("# ") else (10, line)
+    escaped = line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+    return f"/F1 {size} Tf {size + 4} TL ({escaped}) Tj T*"
 
 
 def pdf_bytes(pages: list[str | None]) -> bytes:
-    """A minimal PDF: one page per text (Helvetica, one line each); ``None``: a page that holds
-    only an image, no text."""
+    """A minimal PDF: one page per text (Helvetica, one line each, ``# `` a heading drawn larger);
+    ``None``: a page that holds only an image, no text."""
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"",
@@ -48,11 +56,7 @@ def pdf_bytes(pages: list[str | None]) -> bytes:
             stream = "q 100 0 0 100 72 600 cm /Im1 Do Q"
         else:
             resources = "/Font << /F1 3 0 R >>"
-            lines = [
-                line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-                for line in text.split("\n")
-            ]
-            stream = "BT /F1 10 Tf 40 750 Td 12 TL " + " ".join(f"({line}) Tj T*" for line in lines) + " ET"
+            stream = "BT 40 750 Td " + " ".join(map(_pdf_line, text.split("\n"))) + " ET"
         objects.append(
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << {resources} >> "
             f"/Contents {content} 0 R >>".encode()
@@ -121,9 +125,7 @@ def zip_bomb(path: Path, main_part: str, unpacked: int) -> Path:
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("documents")
-    (root / "guide.pdf").write_bytes(
-        pdf_bytes([f"Opening hours\n{FILLER}", f"Refunds\nRefund window is 30 days.\n{FILLER}"])
-    )
+    (root / "guide.pdf").write_bytes(pdf_bytes(GUIDE))
     write_docx(root / "handbook.docx")
     write_pptx(root / "survey.pptx")
     write_xlsx(root / "counts.xlsx")
@@ -176,10 +178,11 @@ def test_word_headings_become_breadcrumbs_and_its_table_stays_a_table(corpus) ->
         assert doc.body[chunk.location.start_char : chunk.location.end_char] == chunk.content
 
 
-def test_each_pdf_chunk_knows_its_page(corpus) -> None:
+def test_each_pdf_chunk_knows_its_page_and_its_larger_lines_are_headings(corpus) -> None:
     doc, chunks = chunks_of(corpus, "guide.pdf")
     refund = next(c for c in chunks if "Refund window is 30 days." in c.content)
     assert refund.location.page == 2
+    assert (refund.heading_path, refund.breadcrumb) == (("Refunds",), "guide > Refunds")  # drawn larger
     assert {c.location.page for c in chunks if "Opening hours" in c.content} == {1}
     assert all(doc.body[c.location.start_char : c.location.end_char] == c.content for c in chunks)
 
@@ -268,9 +271,7 @@ def test_ingest_keeps_the_converted_text_and_reingests_incrementally(
 ) -> None:
     source = tmp_path / "kb"
     source.mkdir()
-    (source / "guide.pdf").write_bytes(
-        pdf_bytes([f"Hours\n{FILLER}", f"Refunds\nRefund window is 30 days.\n{FILLER}"])
-    )
+    (source / "guide.pdf").write_bytes(pdf_bytes(GUIDE))
     write_docx(source / "handbook.docx")
     config, embedder = make_config(tmp_path / "store"), HashingEmbedder()
     first = ingest(source, config, embedder=embedder)
