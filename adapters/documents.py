@@ -32,10 +32,11 @@ from typing import IO, Any, Literal
 DOCUMENT_SUFFIXES = {
     ".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html", ".pptx": "pptx", ".xlsx": "xlsx",
 }  # fmt: skip
-CONVERSION = "pdfium-headings+openpyxl-tables+markitdown/2"  # a change here converts every file again
+CONVERSION = "pdfium-headings+openpyxl-tables+markitdown/3"  # a change here converts every file again
 INSTALL_HINT = "pip install 'lookup-knowledge[documents]'"
 _OOXML_MAIN = {".docx": "word/", ".pptx": "ppt/", ".xlsx": "xl/"}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_MARKUP_LINE = re.compile(r"#|=+\s*$|-+\s*$")  # would read as a heading (ATX, setext underline)
 _SLIDE_MARK = re.compile(r"^<!-- Slide number: (\d+) -->\n", re.M)
 
 PartKind = Literal["page", "slide", "sheet"]
@@ -214,7 +215,7 @@ def _marked_headings(pages: list[list[_Line]]) -> list[str]:
         last: _Line | None = None
         for line in lines:
             if not _heading(line, body):
-                out.append("\\" + line.text if line.text.startswith("#") else line.text)
+                out.append("\\" + line.text if _MARKUP_LINE.match(line.text) else line.text)
                 last = None
             elif (
                 last

@@ -28,7 +28,11 @@ from lookup_knowledge.ingestion import ingest
 from lookup_knowledge.stores import converted_dir, open_store
 
 FILLER = "Ducks paddle across the pond while the keeper counts them at dawn. " * 4
-GUIDE = [f"# Opening hours\n{FILLER}", f"# Refunds\nRefund window is 30 days.\n{FILLER}"]  # two pages
+GUIDE = [  # three pages, the last one without a heading of its own
+    f"# Opening hours\n{FILLER}",
+    f"# Refunds\nRefund window is 30 days.\n{FILLER}",
+    f"Late refunds need the manager's approval.\n{FILLER}",
+]
 
 
 def _pdf_line(line: str) -> str:
@@ -183,6 +187,8 @@ def test_each_pdf_chunk_knows_its_page_and_its_larger_lines_are_headings(corpus)
     refund = next(c for c in chunks if "Refund window is 30 days." in c.content)
     assert refund.location.page == 2
     assert (refund.heading_path, refund.breadcrumb) == (("Refunds",), "guide > Refunds")  # drawn larger
+    late = next(c for c in chunks if "Late refunds" in c.content)
+    assert (late.location.page, late.heading_path) == (3, ("Refunds",))  # still under page 2's heading
     assert {c.location.page for c in chunks if "Opening hours" in c.content} == {1}
     assert all(doc.body[c.location.start_char : c.location.end_char] == c.content for c in chunks)
 
