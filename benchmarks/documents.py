@@ -294,6 +294,7 @@ def main() -> None:
         "worker_overhead_ms_per_file": 1000 * sum(overhead) / len(overhead),
         "ingest": run,
         "files": outcomes,
+        "file_seconds": {name: round(o["s"], 4) for name, o in per_file.items()},
         "hard_cases": hard,
         "retrieval": found,
     }  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -223,6 +224,17 @@ def test_a_zip_bomb_is_skipped_unpacked(tmp_path: Path, name: str, part: str) ->
     assert skipped.path == name
     assert skipped.reason.startswith("zip bomb: unpacks to 3,000,")
     assert "ingest.documents.max_unpacked_bytes 1,000,000" in skipped.reason
+
+
+def test_a_sheet_declaring_a_million_rows_and_columns_converts_at_once(tmp_path: Path) -> None:
+    book = openpyxl.Workbook()
+    book.active["A1"], book.active["XFD1048576"] = "first cell", "last cell"  # the sheet's full extent
+    book.save(tmp_path / "inflated.xlsx")
+    started = time.monotonic()
+    corpus = read_corpus(tmp_path, document_limits=DocumentLimits(timeout_s=30))
+    assert time.monotonic() - started < 20
+    [doc] = corpus.documents
+    assert "| first cell |  |" in doc.body and "|  | last cell |" in doc.body
 
 
 def test_a_file_over_the_size_limit_is_skipped_unread(tmp_path: Path) -> None:
