@@ -14,6 +14,7 @@ markdownify, python-pptx). A converted document is its text plus the parts it is
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import json
@@ -400,7 +401,10 @@ class ConversionWorker:
                 f"conversion took over ingest.documents.timeout_s ({self.limits.timeout_s:g} s)"
             ) from None
         except (EOFError, OSError, pickle.UnpicklingError):
-            code = process.poll()
+            try:
+                code: int | None = process.wait(5)
+            except subprocess.TimeoutExpired:
+                code = None
             self.close()
             raise DocumentSkip(f"the converter crashed (worker exit code {code})") from None
         if status == "skip":
@@ -463,7 +467,8 @@ def _serve(limits: DocumentLimits) -> None:
 
     warnings.simplefilter("ignore")  # converters warn about every odd part; the reason says enough
     memory = limits.max_memory_mb * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    with contextlib.suppress(ValueError, OSError):  # a lower hard limit already; no RLIMIT_AS
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     while True:
         try:
             raw, suffix = _read_frame(sys.stdin.buffer)

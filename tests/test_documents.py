@@ -266,6 +266,26 @@ def test_a_conversion_past_the_time_limit_is_killed_and_the_next_file_converted(
     assert len(starts) == 2
 
 
+def test_a_worker_that_dies_is_named_and_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault injected: the first worker exits mid-request (as a crash in a C library would)."""
+    (tmp_path / "a.pdf").write_bytes(pdf_bytes(["First file"]))
+    (tmp_path / "b.pdf").write_bytes(pdf_bytes(["Second file"]))
+    real = ConversionWorker._command
+    starts: list[int] = []
+
+    def command(self: ConversionWorker) -> list[str]:
+        starts.append(1)
+        crash = [sys.executable, "-c", "import sys; sys.stdin.buffer.read(8); sys.exit(3)"]
+        return crash if len(starts) == 1 else real(self)
+
+    monkeypatch.setattr(ConversionWorker, "_command", command)
+    corpus = read_corpus(tmp_path)
+    assert [(s.path, s.reason) for s in corpus.skipped] == [
+        ("a.pdf", "the converter crashed (worker exit code 3)")
+    ]
+    assert [d.body for d in corpus.documents] == ["Second file"]
+
+
 def test_without_the_extra_documents_are_skipped_naming_the_pip_install(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
