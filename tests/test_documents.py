@@ -10,10 +10,6 @@ import time
 import zipfile
 from pathlib import Path
 
-import docx
-import openpyxl
-import pptx
-import pypdf
 import pytest
 from conftest import make_config
 from hashing_embedder import HashingEmbedder
@@ -22,11 +18,19 @@ from lookup_knowledge.adapters import documents
 from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.adapters.documents import ConversionWorker, DocumentLimits
 from lookup_knowledge.adapters.search import SearchRequest
+from lookup_knowledge.adapters.source_files import SourceFile, is_stale
 from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.dataflows.postprocessing import block_location
 from lookup_knowledge.extras import EXTRAS
 from lookup_knowledge.ingestion import ingest
 from lookup_knowledge.stores import converted_dir, open_store
+
+for _converter in ("markitdown", "pypdfium2"):  # the documents extra (in `all`, which CI installs)
+    pytest.importorskip(_converter)
+docx = pytest.importorskip("docx")  # the writers: dev extra (python-docx, pypdf) and the documents extra
+openpyxl = pytest.importorskip("openpyxl")
+pptx = pytest.importorskip("pptx")
+pypdf = pytest.importorskip("pypdf")
 
 FILLER = "Ducks paddle across the pond while the keeper counts them at dawn. " * 4
 GUIDE = [  # three pages, the last one without a heading of its own
@@ -337,6 +341,7 @@ def test_ingest_keeps_the_converted_text_and_reingests_incrementally(
     monkeypatch.undo()
     old = {p.name for p in converted_dir(config).iterdir()}
     (source / "guide.pdf").write_bytes(pdf_bytes(["Hours changed: we open at ten."]))
+    assert is_stale(SourceFile.from_payload(refund.payload))  # the changed PDF: its blocks are stale
     third = ingest(source, config, embedder=embedder)
     assert (third.updated, third.unchanged) == (1, 1)
     now = {p.name for p in converted_dir(config).iterdir()}
