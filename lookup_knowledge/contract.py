@@ -59,8 +59,8 @@ class BlockLocation(ContractModel):
     with its line ends as ``\\n``; for a JSONL record, its ``text``; for a PDF, DOCX, HTML, PPTX
     or XLSX file, its converted text, which the store keeps: docs/documents.md)."""
 
-    start_line: int | None = Field(description="first line in the source text, 1-based; null for JSONL, PDF")
-    end_line: int | None = Field(description="last line in the source text (inclusive); null for JSONL, PDF")
+    start_line: int | None = Field(description="first line in the source text, 1-based; null for JSONL")
+    end_line: int | None = Field(description="last line in the source text (inclusive); null for JSONL")
     start_char: int = Field(description="offset of the block's first character in the source text")
     end_char: int = Field(description="offset one past the block's last character")
     heading_path: list[str] = Field(
