@@ -407,7 +407,9 @@ class ConversionWorker:
                 code = None
             self.close()
             raise DocumentSkip(f"the converter crashed (worker exit code {code})") from None
-        if status == "skip":
+        if status == "skip-exit":  # the worker ends itself: the next file gets a fresh one
+            self.close()
+        if status != "ok":
             raise DocumentSkip(value)
         return _from_dict(value)
 
@@ -461,7 +463,8 @@ def _read_frame(stream: IO[bytes] | None, deadline: float | None = None) -> Any:
 
 
 def _serve(limits: DocumentLimits) -> None:
-    """The worker: convert what comes in on stdin, answer ``("ok", Converted)`` or ``("skip", reason)``."""
+    """The worker: convert what comes in on stdin, answer ``("ok", Converted)`` or ``("skip", reason)``
+    (``"skip-exit"``, then exit, after running out of memory)."""
     import resource
     import warnings
 
@@ -478,9 +481,9 @@ def _serve(limits: DocumentLimits) -> None:
             answer: tuple[str, Any] = ("ok", asdict(convert(raw, suffix, limits)))
         except DocumentSkip as skip:
             answer = ("skip", str(skip))
-        except MemoryError:
+        except MemoryError:  # the worker's heap may be left in pieces: it answers, then exits
             answer = (
-                "skip",
+                "skip-exit",
                 f"conversion needs over ingest.documents.max_memory_mb ({limits.max_memory_mb:,} MB)",
             )
         except RecursionError:
@@ -488,6 +491,8 @@ def _serve(limits: DocumentLimits) -> None:
         except Exception as exc:  # a converter's own error on a file it cannot read
             answer = ("skip", f"unreadable: {type(exc).__name__}: {_first_line(exc)}")
         _write_frame(sys.stdout.buffer, answer)
+        if answer[0] == "skip-exit":
+            return
 
 
 def _first_line(exc: Exception) -> str:

@@ -76,7 +76,7 @@ class DocumentsConfig(_Section):
     max_bytes: int = Field(50_000_000, ge=1)
     max_unpacked_bytes: int = Field(300_000_000, ge=1)
     timeout_s: float = Field(60.0, gt=0, le=3600)
-    max_memory_mb: int = Field(2048, ge=256)
+    max_memory_mb: int = Field(2048, ge=1024)  # markitdown's imports alone reserve ~460 MB
 
 
 class IngestConfig(_Section):
