@@ -1,4 +1,6 @@
-"""Corpus readers: a folder of markdown files with YAML frontmatter, or a BEIR-style JSONL corpus.
+"""Corpus readers: a folder of markdown files with YAML frontmatter (and documents: PDF, DOCX,
+HTML, PPTX, XLSX, converted to markdown by :mod:`~lookup_knowledge.adapters.documents`), one
+document file, or a BEIR-style JSONL corpus.
 
 A bad file never aborts a read: it is skipped and reported with its reason.
 
@@ -18,10 +20,21 @@ from typing import IO, Any, Literal
 import frontmatter
 import yaml
 
+from lookup_knowledge.adapters.documents import (
+    DOCUMENT_SUFFIXES,
+    ConversionWorker,
+    DocumentLimits,
+    DocumentSkip,
+    Part,
+    load_converted,
+    missing_extra,
+    save_converted,
+)
 from lookup_knowledge.adapters.source_files import SourceFile
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 JSONL_CORPUS_NAME = "corpus.jsonl"
+_SUFFIXES = (*MARKDOWN_SUFFIXES, *DOCUMENT_SUFFIXES)
 MAX_ALIAS_EXPANSION = 65_536  # characters YAML aliases may add to a frontmatter header ("billion laughs")
 
 
@@ -46,6 +59,7 @@ class SourceDocument:
     body_offset: int = 0  # where ``body`` starts in the source text (after its frontmatter)
     body_line: int = 1  # the source line ``body`` starts on (1-based)
     file: SourceFile | None = None  # the file it was read from (markdown folders); None: a JSONL record
+    parts: tuple[Part, ...] = ()  # a converted document's pages, slides or sheets (ranges of ``body``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +84,14 @@ def read_corpus(
     *,
     allow_outside_root: bool = False,
     max_record_bytes: int = 2_000_000,
+    document_limits: DocumentLimits | None = None,
+    converted_dir: Path | None = None,
 ) -> Corpus:
-    """Read a markdown folder, a ``.jsonl`` file, or a BEIR folder holding ``corpus.jsonl``.
+    """Read a markdown folder (with any documents in it), a document file, a ``.jsonl`` file, or a
+    BEIR folder holding ``corpus.jsonl``.
+
+    Documents are converted within ``document_limits``; their converted text is kept in
+    ``converted_dir`` (by file version) and read from there while the file is unchanged.
 
     Files that resolve outside the folder (through a symbolic link) are skipped unless
     ``allow_outside_root``: a link must not turn e.g. ``/etc/passwd`` into evidence. Markdown
@@ -85,13 +105,19 @@ def read_corpus(
     if path.is_file():
         if path.suffix == ".jsonl":
             return _dedupe(_read_jsonl(path, max_record_bytes))
-        raise CorpusError(f"unsupported source file {path}: give a folder or a .jsonl corpus")
-    markdown = sorted(p for p in path.rglob("*") if p.suffix.lower() in MARKDOWN_SUFFIXES and not p.is_dir())
-    if markdown:
-        return _dedupe(_read_markdown_folder(path, markdown, max_file_bytes, allow_outside_root))
+        if path.suffix.lower() in DOCUMENT_SUFFIXES:
+            return _read_documents(Corpus(), path.parent, [path], True, document_limits, converted_dir)
+        raise CorpusError(f"unsupported source file {path}: give a folder, a document or a .jsonl corpus")
+    files = sorted(p for p in path.rglob("*") if p.suffix.lower() in _SUFFIXES and not p.is_dir())
+    markdown = [p for p in files if p.suffix.lower() in MARKDOWN_SUFFIXES]
+    documents = [p for p in files if p.suffix.lower() in DOCUMENT_SUFFIXES]
+    if markdown or documents:
+        corpus = _read_markdown_folder(path, markdown, max_file_bytes, allow_outside_root)
+        corpus = _read_documents(corpus, path, documents, allow_outside_root, document_limits, converted_dir)
+        return _dedupe(corpus)
     if (path / JSONL_CORPUS_NAME).is_file():
         return _dedupe(_read_jsonl(path / JSONL_CORPUS_NAME, max_record_bytes))
-    raise CorpusError(f"no markdown files (*.md) or {JSONL_CORPUS_NAME} found in {path}")
+    raise CorpusError(f"no markdown files (*.md), documents or {JSONL_CORPUS_NAME} found in {path}")
 
 
 def _dedupe(corpus: Corpus) -> Corpus:
@@ -124,6 +150,59 @@ def _read_markdown_folder(root: Path, files: list[Path], max_file_bytes: int, al
         except OSError as exc:  # dangling symlink, link loop (3.13), permission denied, vanished file
             corpus.skipped.append(SkippedFile(relative, f"unreadable: {exc.strerror or exc}", relative))
     return corpus
+
+
+def _read_documents(
+    corpus: Corpus,
+    root: Path,
+    files: list[Path],
+    allow_outside: bool,
+    limits: DocumentLimits | None,
+    converted_dir: Path | None,
+) -> Corpus:
+    """Documents converted one by one in a worker process (started only when a file is not
+    already converted); a file that cannot be is skipped and named with the reason."""
+    limits = limits or DocumentLimits()
+    missing = missing_extra() if files else None
+    real_root = root.resolve()
+    with ConversionWorker(limits) as worker:
+        for file in files:
+            relative = printable_path(file.relative_to(root).as_posix())
+            try:
+                if missing:
+                    raise _Skip(missing)
+                if not (allow_outside or file.resolve().is_relative_to(real_root)):
+                    raise _Skip("links outside the knowledge-base folder (ingest.allow_outside_root)")
+                corpus.documents.append(_read_document(file, relative, worker, converted_dir))
+            except (_Skip, DocumentSkip) as skip:
+                corpus.skipped.append(SkippedFile(relative, str(skip), relative))
+            except RuntimeError:  # Path.resolve() before Python 3.13 ("Symlink loop from ...")
+                corpus.skipped.append(SkippedFile(relative, "unreadable: symbolic link loop", relative))
+            except OSError as exc:
+                corpus.skipped.append(SkippedFile(relative, f"unreadable: {exc.strerror or exc}", relative))
+    return corpus
+
+
+def _read_document(
+    file: Path, relative: str, worker: ConversionWorker, converted_dir: Path | None
+) -> SourceDocument:
+    size, limit = file.stat().st_size, worker.limits.max_bytes
+    if size > limit:
+        raise _Skip(f"file too large ({size:,} bytes > ingest.documents.max_bytes {limit:,})")
+    stamp, raw = SourceFile.read(file)
+    converted = load_converted(converted_dir, stamp.version)
+    if converted is None:
+        converted = worker.convert(raw, file.suffix)
+        save_converted(converted_dir, stamp.version, converted)
+    return SourceDocument(
+        doc_id=relative,
+        source=relative,
+        title=converted.title or Path(relative).stem,
+        body=converted.text,
+        format=converted.format,
+        file=stamp,
+        parts=converted.parts,
+    )
 
 
 def printable_path(name: str) -> str:

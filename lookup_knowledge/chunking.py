@@ -48,6 +48,7 @@ _BLOCK_KINDS = {
 }  # fmt: skip
 
 Span = tuple[int, int]
+_Headings = tuple[tuple[int, str], ...]  # (level, name) of the headings open at a point, outermost first
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,9 @@ class SourceSpan:
     end_char: int
     start_line: int | None = None
     end_line: int | None = None
+    page: int | None = None  # a converted document's page (PDF), slide (PPTX) or sheet (XLSX)
+    slide: int | None = None
+    sheet: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +105,13 @@ class _Piece:
     weight: int  # characters besides the heading: which side of a join names the result
 
 
-def chunk_document(doc: SourceDocument, max_chars: int) -> list[Chunk]:
-    """All chunks of a document, numbered 0..n-1."""
+def chunk_document(doc: SourceDocument, max_chars: int, open_headings: _Headings = ()) -> list[Chunk]:
+    """All chunks of a document, numbered 0..n-1; ``open_headings``: the (level, name) headings
+    its text continues under (a page of a converted document under the previous pages' headings)."""
+    if doc.parts:
+        return _part_chunks(doc, max_chars)
     if doc.format == "markdown":
-        sections = _markdown_sections(doc.body, max_chars)
+        sections = _markdown_sections(doc.body, max_chars, open_headings)
     else:
         sections = [_Section((), _text_units(doc.body, 0, len(doc.body), max_chars), None)]
     pieces = [piece for section in sections for piece in _section_pieces(section, max_chars)]
@@ -118,6 +125,26 @@ def chunk_document(doc: SourceDocument, max_chars: int) -> list[Chunk]:
         )
         for i, p in enumerate(pieces)
     ]  # fmt: skip
+
+
+def _part_chunks(doc: SourceDocument, max_chars: int) -> list[Chunk]:
+    """A converted document's chunks, page by page (slide, sheet): no chunk spans two, each says
+    which it lies on, and a page's text before its first heading is under the last page's."""
+    chunks: list[Chunk] = []
+    headings: _Headings = ()
+    for part in doc.parts:
+        piece = replace(
+            doc, body=doc.body[part.start : part.end], parts=(), body_offset=doc.body_offset + part.start,
+            body_line=doc.body_line + doc.body.count("\n", 0, part.start),
+        )  # fmt: skip
+        where = {"sheet": part.name} if part.kind == "sheet" else {part.kind: part.number}
+        for chunk in chunk_document(piece, max_chars, headings):
+            if chunk.location is not None:
+                located = replace(chunk.location, **where)
+                chunks.append(replace(chunk, chunk_index=len(chunks), location=located))
+        if piece.format == "markdown":
+            headings = _open_after(piece.body, headings)
+    return chunks or [Chunk(0, doc.title, doc.description or doc.title or doc.doc_id)]
 
 
 def split_by_size(text: str, max_chars: int) -> list[str]:
@@ -155,10 +182,19 @@ def _location(doc: SourceDocument, span: Span) -> SourceSpan:
     return SourceSpan(doc.body_offset + start, doc.body_offset + end, first, last)
 
 
-def _markdown_sections(body: str, max_chars: int) -> list[_Section]:
+def _open_after(body: str, path: _Headings) -> _Headings:
+    """The headings open at the end of ``body``, which began under ``path``."""
+    for block in _blocks(body):
+        if block.kind == "heading":
+            outer = tuple((level, name) for level, name in path if level < block.level)
+            path = (*outer, (block.level, block.name))
+    return path
+
+
+def _markdown_sections(body: str, max_chars: int, open_headings: _Headings = ()) -> list[_Section]:
     """The body's sections, each from its heading to the next heading, as size units."""
     sections: list[_Section] = []
-    path: list[tuple[int, str]] = []
+    path: list[tuple[int, str]] = list(open_headings)
     heading: _Block | None = None
     blocks: list[_Block] = []
 

@@ -70,11 +70,21 @@ class EmbedderConfig(_Section):
         return value
 
 
+class DocumentsConfig(_Section):
+    """Limits on one PDF, DOCX, HTML, PPTX or XLSX file (docs/documents.md)."""
+
+    max_bytes: int = Field(50_000_000, ge=1)
+    max_unpacked_bytes: int = Field(300_000_000, ge=1)
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    max_memory_mb: int = Field(2048, ge=1024)  # markitdown's imports alone reserve ~460 MB
+
+
 class IngestConfig(_Section):
     chunk_chars: int = Field(1000, ge=100, le=100_000)
     max_file_bytes: int = Field(2_000_000, ge=1)
     max_record_bytes: int = Field(2_000_000, ge=1)
     allow_outside_root: bool = False
+    documents: DocumentsConfig = DocumentsConfig()
 
 
 class ToggleConfig(_Section):

@@ -56,15 +56,19 @@ class ContractModel(BaseModel):
 class BlockLocation(ContractModel):
     """Where a block lies in its source, so that a quote can be checked and the passage opened:
     ``content`` is exactly the characters ``[startChar, endChar)`` of the source text (the file
-    with its line ends as ``\\n``; for a JSONL record, its ``text``)."""
+    with its line ends as ``\\n``; for a JSONL record, its ``text``; for a PDF, DOCX, HTML, PPTX
+    or XLSX file, its converted text, which the store keeps: docs/documents.md)."""
 
-    start_line: int | None = Field(description="first line in the source file, 1-based; null for JSONL")
-    end_line: int | None = Field(description="last line in the source file (inclusive); null for JSONL")
+    start_line: int | None = Field(description="first line in the source text, 1-based; null for JSONL")
+    end_line: int | None = Field(description="last line in the source text (inclusive); null for JSONL")
     start_char: int = Field(description="offset of the block's first character in the source text")
     end_char: int = Field(description="offset one past the block's last character")
     heading_path: list[str] = Field(
         default_factory=list, description="the headings the block lies under, outermost first"
     )
+    page: int | None = Field(None, description="the PDF page the block lies on (1-based); null: not a PDF")
+    slide: int | None = Field(None, description="the PowerPoint slide (1-based); null: not a PPTX")
+    sheet: str | None = Field(None, description="the Excel sheet's name; null: not an XLSX")
 
 
 class EvidenceBlock(ContractModel):

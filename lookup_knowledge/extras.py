@@ -11,6 +11,7 @@ EXTRAS = {
     "postgres": ("psycopg",),
     "otel": ("opentelemetry",),
     "watch": ("watchfiles",),
+    "documents": ("pypdfium2", "openpyxl", "markitdown", "mammoth", "pptx"),
 }
 
 

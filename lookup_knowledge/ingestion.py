@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from lookup_knowledge.adapters.corpus import Corpus, SkippedFile, SourceDocument, read_corpus
+from lookup_knowledge.adapters.documents import DocumentLimits, forget_converted
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Document, L0Index
 from lookup_knowledge.adapters.search import (
@@ -45,7 +46,7 @@ from lookup_knowledge.chunking import CHUNKING, Chunk, SourceSpan, chunk_documen
 from lookup_knowledge.config import Config
 from lookup_knowledge.instruction_flag import PAYLOAD_FIELD as INSTRUCTION_LIKE_FIELD
 from lookup_knowledge.instruction_flag import block_markers
-from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
+from lookup_knowledge.stores import build_embedder, converted_dir, l0_index_path, open_store
 
 PROGRESS_LINE_S = 15  # seconds between progress lines when the output is not a terminal
 EMBED_GROUP = 512  # chunks embedded and written per step (bounded memory, steady progress)
@@ -92,6 +93,8 @@ def ingest(
         config.ingest.max_file_bytes,
         allow_outside_root=config.ingest.allow_outside_root,
         max_record_bytes=config.ingest.max_record_bytes,
+        document_limits=DocumentLimits(**config.ingest.documents.model_dump()),
+        converted_dir=converted_dir(config),
     )
     embedder = embedder or build_embedder(config)
     owns_store = store is None
@@ -125,6 +128,7 @@ def _sync(
     gone = _prunable(stored, hashes, corpus.skipped) if prune else []
     _update_l0(config, documents, gone)  # first: the L0 index never lists a document the store lost
     store.delete_documents(gone)
+    _forget_converted(config, stored, documents, {doc.doc_id for doc in changed} | set(gone))
     if changed or gone:
         store.optimize()  # HNSW index and merged segments: search goes from exact scans to ~1 ms
     updated = sum(doc.doc_id in stored for doc in changed)
@@ -148,6 +152,17 @@ def _holds(stored: StoredDocument | None, doc_hash: str, doc: SourceDocument) ->
     if stored is None or not stored.holds_only(doc_hash):
         return False
     return stored.source_version is None or doc.file is None or stored.source_version == doc.file.version
+
+
+def _forget_converted(
+    config: Config, stored: dict[str, StoredDocument], documents: list[SourceDocument], replaced: set[str]
+) -> None:
+    """Converted texts of file versions the store no longer holds (a changed or pruned document's
+    old version) removed; one that another document still holds is kept."""
+    held = {doc.file.version for doc in documents if doc.file}
+    held |= {doc.source_version for doc_id, doc in stored.items() if doc_id not in replaced}
+    old = {stored[doc_id].source_version for doc_id in replaced if doc_id in stored}
+    forget_converted(converted_dir(config), {version for version in old if version} - held)
 
 
 def _prunable(
@@ -300,6 +315,7 @@ def _location_payload(location: SourceSpan | None) -> dict[str, int | None] | No
     return {
         "start_line": location.start_line, "end_line": location.end_line,
         "start_char": location.start_char, "end_char": location.end_char,
+        **{key: value for key in ("page", "slide", "sheet") if (value := getattr(location, key)) is not None},
     }  # fmt: skip
 
 
@@ -310,6 +326,8 @@ def document_hash(doc: SourceDocument, config: Config, model_name: str) -> str:
         doc.description, doc.doc_type, config.ingest.chunk_chars, CHUNKING, model_name, SPARSE_INDEX,
         doc.body_offset, doc.body_line,
     ]  # fmt: skip
+    if doc.parts:  # pages, slides, sheets of a converted document (none: the hash markdown always had)
+        fingerprint.append([[p.kind, p.number, p.name, p.start, p.end] for p in doc.parts])
     return hashlib.sha256(json.dumps(fingerprint, ensure_ascii=False).encode()).hexdigest()[:32]
 
 

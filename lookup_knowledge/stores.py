@@ -95,3 +95,8 @@ def _where(config: Config) -> str:
 def l0_index_path(config: Config) -> Path:
     """The L0 index file, persisted next to the store."""
     return config.store.path / f"{config.store.collection}.l0.json"
+
+
+def converted_dir(config: Config) -> Path:
+    """The folder of documents' converted texts (one per file version), next to the store."""
+    return config.store.path / f"{config.store.collection}.documents"
