@@ -113,3 +113,7 @@ def test_the_example_check_tolerates_cpu_float_noise_but_not_a_stale_result() ->
     assert example.differences(committed, {**committed, "keys": []})
     assert example.differences(committed, {**committed, "n": 3})
     assert example.differences(committed, {**committed, "extra": None})
+    verdict = {"margin": 8.9956, "densePercentile": 1.0, "denseTop": 0.6965}
+    assert example.differences(verdict, {**verdict, "margin": 9.1685, "densePercentile": 0.9773}) == []
+    assert example.differences(verdict, {**verdict, "margin": 7.2})  # amplified, not unbounded
+    assert example.differences(verdict, {**verdict, "denseTop": 0.7065})
