@@ -11,7 +11,6 @@ A bad file never aborts a read: it is skipped and reported with its reason.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from lookup_knowledge.adapters.documents import (
     save_converted,
 )
 from lookup_knowledge.adapters.source_files import SourceFile
+from lookup_knowledge.adapters.text import escape_surrogates, first_line, printable_path
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 JSONL_CORPUS_NAME = "corpus.jsonl"
@@ -205,17 +205,6 @@ def _read_document(
     )
 
 
-def printable_path(name: str) -> str:
-    """A file name as text that can be stored and printed: bytes that are not UTF-8 (which
-    Python holds as lone surrogates) written as ``\\xff``, the same on every run."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
-
-
-def _printable_text(text: str) -> str:
-    """Text with any lone surrogate (JSON's ``"\\ud800"``, not UTF-8) written as ``\\ud800``."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 class _Skip(Exception):
     """Internal: why one file is skipped."""
 
@@ -267,7 +256,7 @@ def _frontmatter(text: str) -> tuple[dict[str, Any], str, int]:
     except ValueError:  # no closing delimiter: python-frontmatter reads it all as body
         return {}, *_stripped_tail(text, 0)
     except yaml.YAMLError as exc:
-        raise _Skip(f"broken YAML frontmatter: {_first_line(exc)}") from None
+        raise _Skip(f"broken YAML frontmatter: {first_line(exc)}") from None
     if meta is not None and not isinstance(meta, dict):
         raise _Skip(f"frontmatter is a {type(meta).__name__}, not a mapping of fields")
     return meta or {}, *_stripped_tail(text, len(text.rstrip()) - len(body))
@@ -372,7 +361,7 @@ def _jsonl_records(file: Path, corpus: Corpus, max_record_bytes: int) -> Iterato
             try:  # utf-8-sig: a byte-order mark before the first record is not part of it
                 record = json.loads(line.decode("utf-8-sig" if number == 1 else "utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-                corpus.skipped.append(SkippedFile(where, f"invalid JSON: {_first_line(exc)}"))
+                corpus.skipped.append(SkippedFile(where, f"invalid JSON: {first_line(exc)}"))
                 continue
             if isinstance(record, dict):
                 yield number, _printable_record(record)
@@ -387,9 +376,9 @@ def _printable_record(record: dict[str, Any]) -> dict[str, Any]:
 
 def _printable_value(value: Any) -> Any:
     if isinstance(value, str):
-        return _printable_text(value)
+        return escape_surrogates(value)
     if isinstance(value, list):
-        return [_printable_text(item) if isinstance(item, str) else item for item in value]
+        return [escape_surrogates(item) if isinstance(item, str) else item for item in value]
     return value
 
 
@@ -426,7 +415,3 @@ def _first_heading(body: str) -> str | None:
         if line.startswith("# "):
             return line[2:].strip() or None
     return None
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -23,6 +23,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from .text import first_line
+
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _BUNDLED_NAMES = {DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"}
 
@@ -125,7 +127,7 @@ class SentenceTransformerEmbedder(Embedder):
             return _load_encoder(self.model_name, self.device, self.backends[path], self.quantize)
         except Exception as exc:
             raise EmbedderError(
-                f"the embedding model {self.model_name!r} did not load: {_reason(exc)}"
+                f"the embedding model {self.model_name!r} did not load: {first_line(exc, with_type=True)}"
             ) from exc
 
     @property
@@ -148,13 +150,8 @@ class SentenceTransformerEmbedder(Embedder):
             return encoder.encode(list(texts), self.batch_size)
         except Exception as exc:
             raise EmbedderError(
-                f"the embedding model {self.model_name!r} failed to encode: {_reason(exc)}"
+                f"the embedding model {self.model_name!r} failed to encode: {first_line(exc, with_type=True)}"
             ) from exc
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def resolve_device(device: str) -> str:

@@ -26,6 +26,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from .text import first_line
+
 Runtime = Literal["onnx", "openvino"]
 Quantize = Literal["none", "int8"]
 EXPORT_FORMAT = 2  # bump when the exported graph or the quantization recipe changes
@@ -88,7 +90,7 @@ def load_exported_encoder(model_path: str, runtime: Runtime, quantize: Quantize)
     except ExportError:
         raise
     except Exception as exc:  # exporters and runtimes raise anything from ImportError to protobuf errors
-        raise ExportError(_first_line(exc)) from exc
+        raise ExportError(first_line(exc, with_type=True)) from exc
 
 
 CACHE_ENV = "LOOKUP_KNOWLEDGE_CACHE"
@@ -129,7 +131,7 @@ def export_model(model_path: str) -> Path:
     try:
         _export(model_path, export_dir)
     except Exception as exc:
-        raise ExportError(_first_line(exc)) from exc
+        raise ExportError(first_line(exc, with_type=True)) from exc
     return export_dir
 
 
@@ -215,10 +217,6 @@ def _quantize(source: Path, target: Path) -> None:
 
 def _is_ffn_output(node_name: str) -> bool:
     return "/output/dense/" in node_name and "/attention/" not in node_name
-
-
-def _first_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
 
 
 def _threads() -> int:

@@ -24,8 +24,9 @@ import snowballstemmer
 
 from lookup_knowledge.contract import L0Hints
 
-from .search import StoreBackendError, first_line
+from .search import StoreBackendError
 from .sparse import bm25_encoder
+from .text import first_line
 
 FORMAT_VERSION = 1
 

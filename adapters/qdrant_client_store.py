@@ -15,6 +15,7 @@ from typing import Any
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException
 
+from .qdrant_store import QdrantStore
 from .redaction import mask_secrets
 from .search import (
     CATEGORY_FIELD,
@@ -24,29 +25,26 @@ from .search import (
     SPARSE_VECTOR,
     TIE_SLACK,
     VERSION_FIELDS,
-    KnowledgeStore,
     ScoredPoints,
     SearchHit,
     SearchRequest,
     StoreBackendError,
     StoredChunk,
-    StoredDocument,
     StoreError,
     StoreLockedError,
     StoreMissingError,
     StoreOutdatedError,
     StoreUnavailableError,
-    first_line,
     found_hits,
-    stored_documents,
 )
 from .sparse import SparseVector
+from .text import first_line
 
 _SCROLL_PAGE = 1024
 _UPSERT_BATCH = 256
 
 
-class QdrantClientStore(KnowledgeStore):
+class QdrantClientStore(QdrantStore):
     """A Qdrant collection reached by URL (API key from the caller), local path or ``:memory:``:
     named dense and BM25 sparse vectors (IDF applied by the server), as the embedded store."""
 
@@ -128,11 +126,6 @@ class QdrantClientStore(KnowledgeStore):
         except Exception as exc:
             raise StoreBackendError(f"{action} failed: {first_line(exc)}") from exc
 
-    def search(self, request: SearchRequest) -> list[SearchHit]:
-        """One search (dense, sparse or fused hybrid), filtered by category when the request
-        carries one."""
-        return self.search_batch([request])[0]
-
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches in one round trip (a hybrid search brings its dense and sparse
         companions, which report each fused hit's places and BM25 score)."""
@@ -187,10 +180,6 @@ class QdrantClientStore(KnowledgeStore):
             with self._errors("delete"):
                 self._client.delete(self.collection, points_selector=models.FilterSelector(filter=others))
 
-    def documents(self) -> dict[str, StoredDocument]:
-        """Every stored document, with its source and the completeness of each stored version."""
-        return stored_documents(self._payloads())
-
     def _payloads(self) -> Iterator[Mapping[str, Any]]:
         offset = None
         while True:
@@ -201,9 +190,6 @@ class QdrantClientStore(KnowledgeStore):
             yield from (record.payload or {} for record in records)
             if offset is None:
                 return
-
-    def count(self) -> int:
-        return self._count(None)
 
     def _count(self, category: str | None) -> int:
         with self._errors("count"):

@@ -15,6 +15,7 @@ from typing import Any
 
 import qdrant_edge as qe
 
+from .qdrant_store import QdrantStore
 from .search import (
     CATEGORY_FIELD,
     DENSE_VECTOR,
@@ -23,12 +24,10 @@ from .search import (
     SPARSE_VECTOR,
     TIE_SLACK,
     VERSION_FIELDS,
-    KnowledgeStore,
     ScoredPoints,
     SearchHit,
     SearchRequest,
     StoredChunk,
-    StoredDocument,
     StoreLockedError,
     StoreMissingError,
     StoreOutdatedError,
@@ -36,7 +35,6 @@ from .search import (
     backend_errors,
     found_hits,
     process_note,
-    stored_documents,
     write_private,
 )
 from .shared_store import holder_note
@@ -57,7 +55,7 @@ _OPTIMIZE_BYTES = 32 * _MIB  # a merged segment's preallocation beyond a copy of
 _SPACE_MARGIN = 16 * _MIB
 
 
-class QdrantEdgeStore(KnowledgeStore):
+class QdrantEdgeStore(QdrantStore):
     """A persistent Qdrant Edge shard: a named dense vector and a named BM25 sparse vector (IDF
     applied by the engine) per chunk, keyword payload indexes on the category and doc_id."""
 
@@ -160,11 +158,6 @@ class QdrantEdgeStore(KnowledgeStore):
             raise StoreOutdatedError(str(self.path)) from None
         return shard
 
-    def search(self, request: SearchRequest) -> list[SearchHit]:
-        """One search (dense, sparse or fused hybrid), filtered by category when the request
-        carries one."""
-        return self.search_batch([request])[0]
-
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches planned as one batch by the engine (a hybrid search brings its
         dense and sparse companions, which report each fused hit's places and BM25 score)."""
@@ -218,10 +211,6 @@ class QdrantEdgeStore(KnowledgeStore):
             with backend_errors("delete"):
                 self._shard.update(qe.UpdateOperation.delete_points_by_filter(others))
 
-    def documents(self) -> dict[str, StoredDocument]:
-        """Every stored document, with its source and the completeness of each stored version."""
-        return stored_documents(self._payloads())
-
     def _payloads(self) -> Iterator[Mapping[str, Any]]:
         offset = None
         selector = qe.PayloadSelector.Include(list(VERSION_FIELDS))
@@ -232,9 +221,6 @@ class QdrantEdgeStore(KnowledgeStore):
             yield from (record.payload or {} for record in records)
             if offset is None:
                 return
-
-    def count(self) -> int:
-        return self._count(None)
 
     def _count(self, category: str | None) -> int:
         with backend_errors("count"):

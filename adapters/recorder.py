@@ -49,6 +49,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from .redaction import mask_secrets
+from .text import escape_surrogates, first_line
 
 SCHEMA_VERSION = 2
 SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent writers wait for the lock instead of failing
@@ -275,8 +276,7 @@ class InvocationRecorder:
             self._breaker.failed(str(exc))
             raise
         except (SQLAlchemyError, OSError, ImportError) as exc:  # ImportError: no driver for the URL
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            reason = mask_secrets(reason)  # a driver may name the URL it could not use
+            reason = first_line(exc)  # masked: a driver may name the URL it could not use
             error = RecorderUnavailableError(f"invocation database {self.url} failed: {reason}")
             self._breaker.failed(str(error))
             raise error from exc
@@ -349,7 +349,7 @@ def _storable(value: Any) -> Any:
     """``value`` as every backend stores it: NUL (refused by PostgreSQL) and lone surrogates
     (not encodable as UTF-8) escaped, recursively through JSON lists and objects."""
     if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+        return escape_surrogates(value).replace("\x00", "\\x00")
     if isinstance(value, list):
         return [_storable(item) for item in value]
     if isinstance(value, dict):

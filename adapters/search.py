@@ -15,10 +15,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from lookup_knowledge.contract import FusionMethod, RetrievalMode
 
 from .redaction import mask_secrets
 from .sparse import Bm25Encoder, SparseVector, bm25_encoder, holds_identifier
+from .text import escape_surrogates, first_line
 
 CATEGORY_FIELD = "category"
 DOC_ID_FIELD = "doc_id"
@@ -41,8 +44,6 @@ VERSION_FIELDS = (
 
 DENSE_VECTOR = "dense"  # the named vectors every point carries
 SPARSE_VECTOR = "bm25"
-RetrievalMode = Literal["dense", "sparse", "hybrid"]
-FusionMethod = Literal["rrf", "dbsf"]
 RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.; Qdrant's and Elasticsearch's default)
 TIE_SLACK = 8  # extra sparse/hybrid hits fetched so equal scores are cut by point id, not by chance
 
@@ -102,7 +103,7 @@ def process_note() -> str:
     command = ""
     if program.startswith("lookup-knowledge") and len(sys.argv) > 1 and _COMMAND.fullmatch(sys.argv[1]):
         command = sys.argv[1]  # our own CLI's first argument, when a plain word, is its command
-    return _encodable(f"{os.getpid()} {program} {command}".strip())[:120]
+    return escape_surrogates(f"{os.getpid()} {program} {command}".strip())[:120]
 
 
 _COMMAND = re.compile(r"[a-z][a-z-]{0,30}")  # a subcommand's name (``mcp``, ``ingest``), not a value
@@ -115,16 +116,6 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as file:
         os.fchmod(fd, 0o600)  # a file left by an older release keeps its mode otherwise
         file.write(text)
-
-
-def _encodable(text: str) -> str:
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (URL credentials masked), or its type name."""
-    text = str(exc).strip()
-    return mask_secrets(text.splitlines()[0]) if text else type(exc).__name__
 
 
 def evidence_key(doc_id: str, chunk_index: int) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lookup_knowledge.adapters.search import SOURCE_FILE_FIELD
+from lookup_knowledge.adapters.text import printable_path
 
 INGESTED_AT_FIELD = "ingested_at"  # when the chunk's document version was written (ISO 8601, UTC)
 
@@ -56,7 +57,7 @@ class SourceFile:
     def display_path(self) -> str:
         """The path as text any JSON writer takes: undecodable bytes of the file name (read as
         surrogates) shown as ``\\xff`` escapes."""
-        return os.fsencode(self.path).decode("utf-8", "backslashreplace")
+        return printable_path(self.path)
 
     def payload(self) -> dict[str, Any]:
         """The stamp as the payload keeps it; a file name that is not UTF-8 also as its bytes

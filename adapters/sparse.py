@@ -25,7 +25,7 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 import qdrant_edge as qe
 
@@ -33,6 +33,7 @@ SPARSE_INDEX = (
     "bm25:word+cjk-bigrams+whole-identifiers:english-stem:en+zh-stopwords"  # in each document's hash
 )
 MAX_MATCHED_TERMS = 8  # terms listed in a ``vector:sparse`` hit reason
+QUERY_TERMS_KEPT = 4096  # queries whose terms are kept (a few hundred bytes each)
 _CJK_RUN = re.compile(
     "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]+"
 )
@@ -76,6 +77,7 @@ class Bm25Encoder:
         self._model = qe.Bm25(
             qe.Bm25Config(language="english", tokenizer=qe.TokenizerType.Word, stopwords=english_and_chinese)
         )
+        self._cached_terms = lru_cache(maxsize=QUERY_TERMS_KEPT)(self._terms)
 
     def embed_document(self, text: str) -> SparseVector:
         return _plain(self._model.embed_document(_indexed(text)))
@@ -86,12 +88,16 @@ class Bm25Encoder:
     def query_terms(self, query: str) -> dict[str, int]:
         """The query's terms that are one token each -> its token id, longest first (CJK pairs
         before single characters), for naming the terms a document matched; an identifier of
-        several parts is one term (lowercased), by its whole token."""
+        several parts is one term (lowercased), by its whole token. Kept for the latest queries:
+        a lookup's searches and its verdict read the same query's terms."""
+        return dict(self._cached_terms(query))
+
+    def _terms(self, query: str) -> tuple[tuple[str, int], ...]:
         terms = dict.fromkeys(_TERM.findall(cjk_spaced(query).lower()))
         ids = {term: self._model.embed_query(term).indices for term in terms}
         whole = {i.lower(): self._model.embed_query(_whole_token(i)).indices for i in _parted(query)}
         found = {term: indices[0] for term, indices in {**ids, **whole}.items() if len(indices) == 1}
-        return dict(sorted(found.items(), key=lambda item: len(item[0]), reverse=True))
+        return tuple(sorted(found.items(), key=lambda item: len(item[0]), reverse=True))
 
     @staticmethod
     def query_codes(query: str) -> list[str]:

@@ -3,7 +3,12 @@ heading names, and the rest of the file (other benchmarks' sections, prose) is k
 
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 
 def replace_section(doc: Path, heading: str, text: str, title: str = "# Retrieval quality") -> None:
@@ -14,3 +19,26 @@ def replace_section(doc: Path, heading: str, text: str, title: str = "# Retrieva
     head, _, rest = current.partition(heading)
     tail = rest[rest.find("\n## ") + 1 :] if "\n## " in rest else ""
     doc.write_text(head.rstrip("\n") + "\n\n" + text + ("\n" + tail if tail else ""), encoding="utf-8")
+
+
+def measured(load: float) -> dict[str, Any]:
+    """When, at which commit and on what a run measured (``load``: the load average at its start),
+    for the line each generated section opens with."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": commit.stdout.strip() or "?",
+        "machine": f"{_cpu_model()}, {os.cpu_count()} CPUs",
+        "load": load,
+    }
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (Linux), else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -41,7 +41,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from lookup_knowledge import load_config
+from lookup_knowledge import KnowledgeTool, load_config
 from lookup_knowledge.adapters.documents import (
     DOCUMENT_SUFFIXES,
     ConversionWorker,
@@ -49,7 +49,6 @@ from lookup_knowledge.adapters.documents import (
     DocumentSkip,
 )
 from lookup_knowledge.adapters.documents import convert as convert_in_process
-from lookup_knowledge.agent.tool import KnowledgeTool
 from lookup_knowledge.ingestion import ingest
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "documents"

@@ -116,9 +116,7 @@ def main() -> int:
         def full_eval() -> float:
             return evaluate(tool, queries, qrels).queries_per_second
 
-        deep = KnowledgeTool(
-            eval_config(config), search_port=tool.search_port, embedder=tool.embedder, l0_index=tool.l0_index
-        )
+        deep = tool.variant(eval_config(config))
 
         def direct() -> float:
             """The same lookups and metrics without the evaluation dataflow (its overhead)."""

@@ -38,7 +38,7 @@ from rich.table import Table
 from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.adapters.search import KnowledgeStore, SearchRequest
-from lookup_knowledge.agent.tool import query_problem
+from lookup_knowledge.agent.request import query_problem
 from lookup_knowledge.stores import build_embedder, open_store
 
 BENCHMARKS = Path(__file__).resolve().parent

@@ -196,9 +196,7 @@ def measure(
         )
         for rule, overrides in RULES.items():
             config = load_config(overrides={**base, **overrides})
-            variant = KnowledgeTool(
-                config, search_port=tool.search_port, embedder=embedder, l0_index=tool.l0_index
-            )
+            variant = tool.variant(config)
             row: dict[str, Any] = {}
             for label, queries, judged, refs in (
                 ("right", true_pins, qrels, references),

@@ -10,19 +10,31 @@ import inspect
 from collections.abc import Callable
 
 from hamilton import ad_hoc_utils, driver
+from hamilton.node import DependencyType
 
 from lookup_knowledge.pipeline import ExecutedNodes
 
+_REQUIRED = inspect.Parameter.empty  # a parameter without a default
 
-def _returning_at_once(name: str, parameters: list[str]) -> Callable[..., object]:
-    """A node function called ``name`` with these parameters that does no work."""
+
+def _returning_at_once(name: str, parameters: list[str], optional: set[str]) -> Callable[..., object]:
+    """A node function called ``name`` with these parameters (``optional`` ones with a default,
+    as the node's own) that does no work."""
 
     def node_function(**_: object) -> object:
         return None
 
     node_function.__name__ = node_function.__qualname__ = name
     node_function.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, annotation=object) for p in parameters],
+        [
+            inspect.Parameter(
+                p,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=object,
+                default=None if p in optional else _REQUIRED,
+            )
+            for p in parameters
+        ],
         return_annotation=object,
     )
     node_function.__annotations__ = {**dict.fromkeys(parameters, object), "return": object}
@@ -33,7 +45,11 @@ def shape_only_driver(dataflow: driver.Driver) -> driver.Driver:
     """A driver over the lookup DAG's exact shape (nodes, edges, config) whose nodes do no work,
     with the executed-node hook: what Hamilton itself costs per lookup."""
     functions = [
-        _returning_at_once(node.name, [dependency.name for dependency in node.dependencies])
+        _returning_at_once(
+            node.name,
+            [dependency.name for dependency in node.dependencies],
+            {name for name, (_, kind) in node.input_types.items() if kind == DependencyType.OPTIONAL},
+        )
         for node in dataflow.graph.nodes.values()
         if not node.user_defined
     ]

@@ -122,18 +122,12 @@ def main() -> int:
             shape_only.execute([FINAL_NODE], inputs=inputs)
             return (time.perf_counter() - start) * 1000
 
-        dense = KnowledgeTool(
-            load_config(overrides=[f"store.path={args.store}", *args.overrides, "retrieval.mode=dense"]),
-            search_port=tool.search_port,
-            embedder=tool.embedder,
-            l0_index=tool.l0_index,
+        dense = tool.variant(
+            load_config(overrides=[f"store.path={args.store}", *args.overrides, "retrieval.mode=dense"])
         )
 
-        narrow = KnowledgeTool(  # hybrid with each prefetch only retrieve_k wide: the prefetch's cost
-            load_config(overrides=[f"store.path={args.store}", *args.overrides, "retrieval.prefetch_k=null"]),
-            search_port=tool.search_port,
-            embedder=tool.embedder,
-            l0_index=tool.l0_index,
+        narrow = tool.variant(  # hybrid with each prefetch only retrieve_k wide: the prefetch's cost
+            load_config(overrides=[f"store.path={args.store}", *args.overrides, "retrieval.prefetch_k=null"])
         )
 
         def timed_lookup(variant: KnowledgeTool, text: str) -> float:

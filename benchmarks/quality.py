@@ -7,13 +7,14 @@ and the category filter/fallback on classic-dev.
 Both corpora are ingested with the default configuration into cached stores (re-runs skip
 unchanged documents; chunk vectors come from the embedding cache of ``benchmarks/corpora.py``).
 Every run returns 10 blocks (``return_n`` 10), so nDCG@10 sees ten documents. Results go to
-JSON and to docs/quality.md.
+JSON and to their section of docs/quality.md (the rest of the doc is written by hand).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 from corpora import CachedEmbedder, classic_scifact_mix, hugo_described_pages
+from doc_sections import measured, replace_section
 from rich.console import Console
 from rich.table import Table
 
@@ -44,7 +46,8 @@ WRONG_CATEGORY = {
     "library_information_science": "news",
     "news": "aeronautics",
 }
-FALLBACK_SECTION = "## Fallback decision: wrong and right category filters"
+SECTION = "## Retrieval modes and settings compared"
+MACHINE = "the shared 2-vCPU VM"  # runs that did not record their CPU
 console = Console()
 
 
@@ -87,12 +90,7 @@ def prepared_tool(
 
 
 def run(tool: KnowledgeTool, base: dict[str, Any], overrides: dict[str, Any], queries, qrels) -> dict:
-    variant = KnowledgeTool(
-        load_config(overrides={**base, **overrides}),
-        search_port=tool.search_port,
-        embedder=tool.embedder,
-        l0_index=tool.l0_index,
-    )
+    variant = tool.variant(load_config(overrides={**base, **overrides}))
     result = evaluate(variant, queries, qrels)
     overall = result.metrics["overall"]
     return {
@@ -262,13 +260,7 @@ def hugo_timings(cache: Path, queries: int = 200) -> dict[str, Any]:
     chunks = sum(len(chunk_document(doc, tool.config.ingest.chunk_chars)) for doc in documents)
     timings: dict[str, Any] = {"queries": len(titles), "chunks": chunks}
     with tool:
-        tools = {
-            name: KnowledgeTool(
-                load_config(overrides={**base, **mode}),
-                search_port=tool.search_port, embedder=tool.embedder, l0_index=tool.l0_index,
-            )
-            for name, mode in MODES.items()
-        }  # fmt: skip
+        tools = {name: tool.variant(load_config(overrides={**base, **mode})) for name, mode in MODES.items()}
         elapsed: dict[str, list[float]] = {name: [] for name in tools}
         for title in titles[:20]:  # warm-up
             for variant in tools.values():
@@ -296,7 +288,10 @@ def print_table(title: str, rows: dict[str, dict]) -> None:
     console.print(table)
 
 
-def markdown(results: dict[str, Any]) -> str:
+def section(results: dict[str, Any]) -> str:
+    """The generated section of docs/quality.md: every table of this run, when and where it ran,
+    and what the rows show (the prose around it is the doc's own)."""
+
     def rows(block: dict[str, dict]) -> list[str]:
         out = [
             "| run | nDCG@10 | recall@10 | recall@100 | nDCG@10 of the 10 blocks returned | MRR@10 "
@@ -310,155 +305,53 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"| {n} | {scores} | {deep} | {tail} | {r['fallback_rate']:.3f} |")
         return out
 
-    hugo = results["hugo-docs"]
-    lines = [
-        "# Retrieval quality",
-        "",
-        "Measured by `python benchmarks/quality.py`: all-MiniLM-L6-v2 and Qdrant's BM25, documents "
-        "chunked by `ingest.chunk_chars`; a document's rank is its best chunk's rank. Every run "
-        "returns 10 blocks (`return_n` 10); the evaluation ranks 20 blocks deep (its deepest "
-        "cutoff), so nDCG@10 and recall@10 read the best ten documents of that ranking, and the "
-        "fourth column is nDCG@10 over the ten blocks returned (what the agent saw). recall@100 "
-        "comes from a second run per mode returning 100 blocks of distinct documents (200 chunks "
-        "searched, one block per document), as BEIR counts it. The default "
-        "pipeline is the shipped "
-        f"configuration (retrieval mode `{load_config().retrieval.mode}`) but for the overrides named.",
-        "",
-        "Whether a lookup is evidence at all (abstention), what each relevance level means and what "
-        "the completeness hint tells: [trust.md](trust.md) (`benchmarks/trust.py`).",
-        "",
-        "## SciFact (BEIR test split, 300 queries)",
-        "",
-        *rows(results["scifact"]),
-        "",
-        "## classic-dev (414 judged queries, 4 domains)",
-        "",
-        *rows(results["classic-dev"]),
-        "",
-        f"Under a wrong filter the fallback recovers {results['fallback_recovery']:.1%} of the "
-        "unfiltered nDCG@10 (target: at least 95%); without it, "
-        f"{results['no_fallback_recovery']:.1%}.",
-        "",
-        "## classic-dev + SciFact mix (714 judged queries, 5 domains; `benchmarks/corpora.py`)",
-        "",
-        *rows(results["mix"]),
-        "",
-        f"## hugo-docs ({results['hugo-docs-described']['dense, default pipeline']['queries']} pages, "
-        "each page's frontmatter description as its query, the page as its answer; "
-        "`benchmarks/corpora.py`)",
-        "",
-        "The description is not indexed. L0 derives the category filter from each description "
-        "as it would for an agent's query (17 domains), so these rows include the fallback.",
-        "",
-        *rows(results["hugo-docs-described"]),
-        "",
-        "## hugo-docs timings (markdown)",
-        "",
-        f"{hugo['chunks']} chunks; warm lookup p50 over {hugo['queries']} queries (document titles), "
-        "the modes side by side per query: "
-        + ", ".join(f"{name} {ms:.1f} ms" for name, ms in hugo["lookup_p50_ms"].items())
-        + ".",
-        "",
-        *hybrid_notes(results),
-    ]
-    return "\n".join(lines)
+    hugo, ran = results["hugo-docs"], results.get("measured", {})
+    return "\n".join(
+        [
+            SECTION,
+            "",
+            f"Measured by `python benchmarks/quality.py` {ran.get('date', '(date not recorded)')}, commit "
+            f"`{ran.get('commit', '?')}`, {ran.get('machine', MACHINE)}; nDCG and recall do not depend "
+            "on the load, the hugo-docs timings do"
+            + (f" (load average {ran['load']:.1f} at the start)." if "load" in ran else "."),
+            "",
+            "### SciFact (BEIR test split, 300 queries)",
+            "",
+            *rows(results["scifact"]),
+            "",
+            "### classic-dev (414 judged queries, 4 domains)",
+            "",
+            *rows(results["classic-dev"]),
+            "",
+            f"Under a wrong filter the fallback recovers {results['fallback_recovery']:.1%} of the "
+            "unfiltered nDCG@10 (target: at least 95%); without it, "
+            f"{results['no_fallback_recovery']:.1%}.",
+            "",
+            "### classic-dev + SciFact mix (714 judged queries, 5 domains; `benchmarks/corpora.py`)",
+            "",
+            *rows(results["mix"]),
+            "",
+            f"### hugo-docs ({results['hugo-docs-described']['dense, default pipeline']['queries']} pages, "
+            "each page's frontmatter description as its query, the page as its answer; "
+            "`benchmarks/corpora.py`)",
+            "",
+            "The description is not indexed. L0 derives the category filter from each description "
+            "as it would for an agent's query (17 domains), so these rows include the fallback.",
+            "",
+            *rows(results["hugo-docs-described"]),
+            "",
+            f"hugo-docs timings: {hugo['chunks']} chunks; warm lookup p50 over {hugo['queries']} queries "
+            "(document titles), the modes side by side per query: "
+            + ", ".join(f"{name} {ms:.1f} ms" for name, ms in hugo["lookup_p50_ms"].items())
+            + ".",
+            "",
+            *shown(results),
+        ]
+    )
 
 
-QUERY_BACKEND_STEP = [
-    "The query backend (2026-12-01). `embedder.backend: auto` now encodes queries with OpenVINO "
-    "instead of ONNX Runtime (0.40x torch's single-query p50 against 0.58x, docs/benchmarks.md). "
-    "Both give torch's vectors (cosine >= 0.99997 per text), and the rankings moved only by "
-    "those float differences: on the same stores, with ONNX query vectors, SciFact measured "
-    "0.7393, classic-dev 0.5199, the mix 0.6497 and hugo-docs 0.7115. So SciFact's 0.7400 meets "
-    "the 0.74 target by 0.00001, a margin inside that noise: not a pass to build on.",
-    "",
-]
-
-CHUNKING_STEP = [
-    "Even-size chunks (adopted 2026-12-01). A section longer than `chunk_chars` used to be packed "
-    "greedily: every piece filled to 1,000 characters and the remainder a short tail (7% of "
-    "SciFact's chunks were under 200 characters: a vector of little more than the title). Now it "
-    "is split into as few pieces as before, as even in size as its paragraphs and sentences allow "
-    "(`lookup_knowledge/chunking.py`). Measured on stores of their own, the default pipeline "
-    "otherwise unchanged (nDCG@10, former packing -> even): SciFact 0.7294 -> 0.7393, classic-dev "
-    "0.5182 -> 0.5199, the mix 0.6450 -> 0.6497, hugo-docs 0.7158 -> 0.7115; dense retrieval "
-    "alone 0.6540 -> 0.6661, 0.4848 -> 0.4841, 0.5934 -> 0.6021 and 0.6018 -> 0.6048. Per query "
-    "(hybrid, replayed from the store's lists): SciFact 27 better and 18 worse, classic-dev 116 "
-    "and 108, the mix 141 and 123; on hugo-docs 13 descriptions rank their page better, 15 worse "
-    "and 417 the same, and half of its loss is one query whose wrong L0 filter (`templates`, for "
-    "a function's page) now holds up under the fallback rule, so its page is not among the ten. "
-    "Cutting a 'sentence' longer than `chunk_chars` (CJK text without spaces, tables, code) into "
-    "even parts as well measured SciFact +0.0004, classic-dev +0.0001, the mix -0.0006 and "
-    "hugo-docs -0.0021 (dense -0.012): not adopted, so such text is still cut at `chunk_chars` "
-    "with a shorter remainder. Balancing only the last two pieces (the ones before them filled "
-    "to `chunk_chars`), replayed from the store's lists: SciFact 0.7426, classic-dev 0.5215 and "
-    "the mix 0.6489, against 0.7393, 0.5228 and 0.6504 for even pieces in the same replay, and "
-    "hugo-docs 0.7092 in the pipeline (even: 0.7115). It clears the SciFact target but is below "
-    "even pieces on the three other sets, so it was not adopted: a default tuned to one corpus.",
-    "",
-    "Overlapping pieces (measured 2026-12-01 on stores of their own, `eval` at ten blocks): every "
-    "piece after a section's first begins with the last sentence of the piece before it (when "
-    "that sentence is at most a quarter of `chunk_chars`). nDCG@10 against even pieces: SciFact "
-    "0.7397 -> 0.7404 (16 queries better, 18 worse; paired t-test p 0.86), classic-dev 0.5199 "
-    "-> 0.5196 (84 and 71; p 0.91), the mix 0.6497 -> 0.6473 (93 and 95; p 0.26), hugo-docs "
-    "0.7115 -> 0.7171 (14 and 8; p 0.04). Noise on three sets and a loss on the mix: not adopted.",
-    "",
-    "Larger chunks (`ingest.chunk_chars` 2000, measured 2026-12-01 on stores of their own, with "
-    "the former packing): SciFact 0.7375 (0.7398 with 400-wide prefetches; 0.7409 without the "
-    "absolute evidence floor: one claim's relevant abstract, the fused first, has a cosine of "
-    "0.199 with it), but classic-dev 0.5168 and the mix 0.6442, below the 1000-character packing "
-    "then (0.5182, 0.6450): not adopted. MiniLM reads about 256 tokens, so the dense vector of a "
-    "2,000-character chunk misses its second half, and blocks twice as long fill an agent's "
-    "context faster.",
-    "",
-    "Replayed offline (2026-12-01) from each query's dense and BM25 top-200 chunk lists, fused as "
-    "Qdrant's DBSF does (mean +- 3 sample standard deviations, no clipping: this reproduces the "
-    "pipeline's 0.7294 on the former store exactly): a dense weight of 1.2 in the fusion adds "
-    "+0.006 on SciFact, +0.002 on classic-dev and +0.002 on the mix (former packing; 0.7402 on "
-    "SciFact with even chunks), but Qdrant Edge's `Fusion.Dbsf` takes no weights (only RRF does), "
-    "so it would mean fusing outside the store; fusing per document (each list reduced to each "
-    "document's best chunk first) +0.005 on SciFact, +0.004 on classic-dev and -0.001 on the mix "
-    "with the former packing, +-0 with even chunks; a third prefetch on a title-only vector "
-    "lowers SciFact at every weight tried (0.25: -0.0001, 1.0: -0.028); clipping the normalized "
-    "scores to [0, 1] -0.014. BM25's own parameters (even chunks; k 0.9-1.6, b 0.5-0.9, "
-    "`avg_len` 100 or the default 256) move the fused nDCG@10 by -0.0025 to +0.0012 on the "
-    "three sets, the defaults (k 1.2, b 0.75, `avg_len` 256) best on SciFact; `avg_len` 100 "
-    "lifts BM25 alone (+0.007 SciFact, +0.013 classic-dev, +0.009 the mix) but not the fusion "
-    "(-0.0018 on SciFact), so the defaults stay.",
-]
-
-EXACT_CODES = [
-    "Exact codes. A small embedding model blurs identifiers: the bare query `E4471` scores a "
-    "cosine of 0.17 with the runbook chunk that names it, under the absolute evidence floor "
-    "(`min_evidence_score` 0.2), although BM25 ranks that chunk first. In sparse and hybrid mode "
-    "a hit whose content holds one of the query's codes is therefore evidence whatever its "
-    "dense score, and says so in its hit reasons (`exact_code:E4471`). A code is an identifier in "
-    "the query (`adapters/sparse.py`, `identifiers`): a flag (`--dry-run`), or a whole word of at "
-    "least three characters with letters and digits (`E4471`, `INV-48213`), snake_case or "
-    "UPPER_CASE with `_` (`max_poll_records`, `SOME_ENV_VAR`), dotted (`retrieval.mode`) or "
-    "camelCase (`baseURL`). The block's content must hold it verbatim (case-insensitive) as a "
-    "whole word, not inside a longer identifier: `limit_x` is not in `memory_limit_x`, "
-    "`SOME_ENV_VAR` not in `SOME_ENV_VAR_PROTOCOL` (until 2026-12-01 a hit whose BM25 vector held "
-    "each part of the code counted, and most such reasons were false: see the identifier section "
-    "below). Plain and hyphenated words, acronyms and bare numbers are not codes, so a query of "
-    "random digits still needs the dense floor. "
-    "Dense mode reads no BM25 vector and keeps the floor alone. The relevance level still reads "
-    "the dense score, so such a block can be `low`: its hit reason says why it is there. "
-    "Measured once under the former parts rule (hybrid, DBSF, 20-wide prefetches, ten "
-    "blocks, 2026-12-01): of the 600 garbage queries of "
-    "`benchmarks/evidence_threshold.py`, none became evidence through the code rule on the "
-    "SciFact, classic-dev or mix stores (the dense floor answers 423, 522 and 524 of them with "
-    "evidence, as before). On real queries it admits few blocks (10 of SciFact's 1,109 queries "
-    "and 3 of the mix's 750 get a block under the dense floor: mostly gene and protein names "
-    "such as `p53`), and nDCG@10 moves by -0.0003 on SciFact (0.7213 vs 0.7216 without the "
-    "rule), 0.0000 on classic-dev (0.5059) and -0.0007 on the mix (0.6354 vs 0.6361): benchmark "
-    "queries are sentences, where the dense score already finds the code's chunk; the rule is "
-    "for the bare codes agents paste (`tests/test_hybrid.py`).",
-]
-
-
-def hybrid_notes(results: dict[str, Any]) -> list[str]:
-    """How hybrid retrieval works and why it is the default, with this run's figures."""
+def shown(results: dict[str, Any]) -> list[str]:
+    """What the rows show: each default's margin over its alternatives, computed from them."""
 
     def ndcg(block: str, run: str, measure: str = "ndcg@10") -> float:
         return results[block][run][measure]
@@ -468,115 +361,27 @@ def hybrid_notes(results: dict[str, Any]) -> list[str]:
     mixed = {m: ndcg("mix", f"{m}, no filter") for m in MODES}
     pages = {m: ndcg("hugo-docs-described", f"{m}, default pipeline") for m in MODES}
     best = max(results["scifact"].items(), key=lambda item: item[1]["ndcg@10"])
+    narrow = f"hybrid, DBSF, {NARROW_NAME}"
 
-    def step(run: str, fusion: str = "DBSF", measure: str = "ndcg@10") -> float:
-        """nDCG@10 of a SciFact step over the default pipeline with the same fusion."""
-        default = f"hybrid, {fusion}, default pipeline"
-        return ndcg("scifact", run, measure) - ndcg("scifact", default, measure)
-
-    returned = "ndcg@return_n"
+    def over(a: dict[str, float], b: str, c: str) -> str:
+        return f"{a[b] - a[c]:+.4f}"
 
     return [
-        "## Dense, sparse and hybrid retrieval",
+        "What the rows show (nDCG@10):",
         "",
-        "`retrieval.mode` picks the search: `dense` (MiniLM cosine), `sparse` (BM25) or `hybrid` "
-        "(default). At ingest every chunk gets a BM25 vector of its title, breadcrumb and text "
-        "(`lookup_knowledge/adapters/sparse.py`: Qdrant Edge's own BM25 tokenizer with English "
-        "stemming and English + Chinese stopwords; Chinese, Japanese and Korean runs indexed as "
-        "their characters and overlapping pairs, so a Chinese query matches a Chinese chunk by its "
-        "words; codes such as `INV-48213` keep their parts, and an identifier of several parts, such "
-        "as `SOME_ENV_VAR` or `server.http.port`, also counts as one whole token, so the chunks that "
-        "hold it whole outrank those holding only its parts), stored as the named sparse vector "
-        "`bm25` with `Modifier.IDF`, so the store keeps IDF right as documents come and go. The "
-        "qdrant-client adapter computes the same vectors client-side and a server applies IDF the "
-        "same way; both adapters pass one contract suite with the same rankings "
-        "(`tests/test_hybrid.py`). A hybrid search is one query: a dense and a sparse prefetch, "
-        "each `prefetch_k` wide (default 200, at least `retrieve_k`), both under the category "
-        "filter, fused by the store (`retrieval.fusion`: `dbsf`, distribution-based score fusion, or `rrf`, "
-        "reciprocal rank fusion with k = 60).",
-        "",
-        "Scores. Each hit keeps `denseScore` (cosine), `sparseScore` (BM25, when the sparse "
-        "search ranked it in its top `retrieve_k` + 8) and `fusedScore`; `score` is what the store "
-        "ranked by. `normalizedScore` keeps its documented meaning in every mode: the dense cosine "
-        "clipped to [0, 1]: in sparse and hybrid mode the store's dense score of each hit, from "
-        "the dense companion search or, for a hit it did not rank, from a second round trip that "
-        "scores just those points (reading the 384 floats of each hit's vector cost more). The "
-        "fallback decision, "
-        "`min_evidence_score` and the relevance level read it, so they stay calibrated: a fused "
-        "score is relative to its own result lists (DBSF rescales each list by its mean and "
-        "spread, RRF scores by rank: every query's best hit gets about 1/60 + 1/60), so filtered "
-        "and unfiltered tops would always look alike. Post-processing orders and reranks by the store's "
-        "order: the rerank adds its boosts to the score as a share of the search's best (the "
-        "rerank trace shows the fused base score and that share as `rankScore`); the relative "
-        "evidence floor cuts a hit only when it is below the floor on its dense score and on its "
-        "sparse score. Hit reasons name each search that ranked a hit in its top `retrieve_k` + 8 and its "
-        "place there: "
-        "`vector:dense rank 2`, `vector:sparse rank 1 (refund, 500)` (matched terms, at most 8), "
-        "`fused rank 1 (dbsf)`.",
-        "",
-        *EXACT_CODES,
-        "",
-        f"Why hybrid is the default: it measures better than dense on every judged dataset here "
-        "(nDCG@10, the evaluation ranking 20 deep): "
-        f"SciFact {sci['hybrid, DBSF']:.4f} vs {sci['dense']:.4f}, "
-        f"classic-dev {cla['hybrid, DBSF']:.4f} vs {cla['dense']:.4f}, the second mix "
-        f"{mixed['hybrid, DBSF']:.4f} vs {mixed['dense']:.4f} and hugo-docs "
-        f"{pages['hybrid, DBSF']:.4f} vs {pages['dense']:.4f}. BM25 alone is above dense on SciFact "
-        f"({sci['sparse (BM25)']:.4f}) and hugo-docs ({pages['sparse (BM25)']:.4f}) and below it on "
-        f"classic-dev ({cla['sparse (BM25)']:.4f}) and the mix ({mixed['sparse (BM25)']:.4f}). The "
-        "fusion beats both on SciFact, classic-dev and the mix; on hugo-docs, whose queries are "
-        "their pages' own descriptions, written with the page's words, BM25 alone is "
-        f"{pages['sparse (BM25)'] - pages['hybrid, DBSF']:+.4f} above it, and the fusion "
-        f"{pages['hybrid, DBSF'] - pages['dense']:+.4f} above dense. DBSF is the "
-        f"default fusion: against RRF it measured {sci['hybrid, DBSF'] - sci['hybrid, RRF']:+.4f} "
-        f"on SciFact, {cla['hybrid, DBSF'] - cla['hybrid, RRF']:+.4f} on classic-dev and "
-        f"{mixed['hybrid, DBSF'] - mixed['hybrid, RRF']:+.4f} on the mix; it also ties less often "
-        "(continuous scores where RRF gives two hits first in one list and second in the other "
-        "the same score).",
-        "",
-        f"Why each prefetch is {DEFAULT_PREFETCH} wide: DBSF rescales each list by the mean and "
-        "spread of its own scores, so a list as short as the result (20) stretches small score "
-        "differences among its few best hits; a wide list gives each signal its real "
-        "distribution. Against prefetches only `retrieve_k` (20) wide it measured "
-        f"{sci['hybrid, DBSF'] - ndcg('scifact', f'hybrid, DBSF, {NARROW_NAME}'):+.4f} on SciFact, "
-        f"{cla['hybrid, DBSF'] - ndcg('classic-dev', f'hybrid, DBSF, {NARROW_NAME}, no filter'):+.4f} "
-        "on classic-dev and "
-        f"{mixed['hybrid, DBSF'] - ndcg('mix', f'hybrid, DBSF, {NARROW_NAME}, no filter'):+.4f} on "
-        "the mix. It costs the hybrid lookup about 1 ms at p50 on SciFact "
-        "(`benchmarks/lookup_latency.py` runs both side by side: 9.38 vs 8.30 ms; 0.5-0.6 ms more "
-        "for an unfiltered search, 1.1-1.2 ms when L0 derives a filter, whose search runs the "
-        "fused query twice, filtered and not); the dense and sparse companions "
-        "that report each hit's places and BM25 score stay `retrieve_k` + 8 deep, so only the "
-        "fused query widens. 400 measured the same as 200 on every set, 100 about half the gain.",
-        "",
-        f"SciFact target (nDCG@10 >= 0.74 with the default pipeline at depth 10): "
-        f"{'met' if sci['hybrid, DBSF'] >= 0.74 else 'not met'}. The "
-        f"default reaches {sci['hybrid, DBSF']:.4f} ("
-        f"{ndcg('scifact', 'hybrid, DBSF, default pipeline', returned):.4f} over the ten blocks "
-        f"returned); the best variant measured, {best[0]}, {best[1]['ndcg@10']:.4f}. The steps in "
-        f"the table above: fusion {sci['hybrid, DBSF'] - sci['dense']:+.4f} over dense (RRF "
-        f"{sci['hybrid, RRF'] - sci['dense']:+.4f}); DBSF over RRF "
-        f"{sci['hybrid, DBSF'] - sci['hybrid, RRF']:+.4f}; the {DEFAULT_PREFETCH}-wide prefetch "
-        f"{-step(f'hybrid, DBSF, {NARROW_NAME}'):+.4f} over one `retrieve_k` wide (RRF "
-        f"{-step(f'hybrid, RRF, {NARROW_NAME}', 'RRF'):+.4f}); 50 wide "
-        f"{step('hybrid, DBSF, prefetch 50'):+.4f} and 400 wide "
-        f"{step('hybrid, DBSF, prefetch 400'):+.4f} against {DEFAULT_PREFETCH}; "
-        "over the ten blocks returned, one chunk per document "
-        f"{step('hybrid, DBSF, one chunk per document', measure=returned):+.4f} (ten distinct "
-        "abstracts instead of pairs of chunks; the product keeps 2 per document for agents, and "
-        "the 20-deep evaluation ranking holds ten distinct abstracts either way). ",
-        "",
-        *QUERY_BACKEND_STEP,
-        *CHUNKING_STEP,
-        "",
-        "Tried in one-off runs (over the ten blocks returned, before the evaluation ranked 20 "
-        "deep, with prefetches 20 wide) on the same store and not adopted: RRF weights "
-        "(dense 1, sparse 1.5: 0.7169; 1.5/1: 0.7104, both with one chunk per document against "
-        "0.7185 unweighted), RRF k = 20 (0.7186), BM25 `avg_len` 100 (0.7148) or k1 0.9 / b 0.4 "
-        "(0.7193), document-level aggregation of chunk scores (sum: 0.668 RRF / 0.703 DBSF; max "
-        "+ a quarter of the rest: 0.677 / 0.719; max, what the pipeline does: 0.715 / 0.719) and "
-        "each chunk's BM25 vector made of its whole document (0.7170 RRF, 0.7236 DBSF), the "
-        "title counted twice in BM25 (0.7105 RRF, 0.7197 DBSF with one chunk per document).",
+        f"- hybrid DBSF over dense: SciFact {over(sci, 'hybrid, DBSF', 'dense')}, classic-dev "
+        f"{over(cla, 'hybrid, DBSF', 'dense')}, the mix {over(mixed, 'hybrid, DBSF', 'dense')}, "
+        f"hugo-docs {over(pages, 'hybrid, DBSF', 'dense')}; BM25 alone over hybrid DBSF on "
+        f"hugo-docs {over(pages, 'sparse (BM25)', 'hybrid, DBSF')}.",
+        f"- DBSF over RRF: SciFact {over(sci, 'hybrid, DBSF', 'hybrid, RRF')}, classic-dev "
+        f"{over(cla, 'hybrid, DBSF', 'hybrid, RRF')}, the mix {over(mixed, 'hybrid, DBSF', 'hybrid, RRF')}.",
+        f"- prefetch {DEFAULT_PREFETCH} wide over `retrieve_k` (20): SciFact "
+        f"{sci['hybrid, DBSF'] - ndcg('scifact', narrow):+.4f}, classic-dev "
+        f"{cla['hybrid, DBSF'] - ndcg('classic-dev', f'{narrow}, no filter'):+.4f}, the mix "
+        f"{mixed['hybrid, DBSF'] - ndcg('mix', f'{narrow}, no filter'):+.4f}.",
+        f"- SciFact target (nDCG@10 >= 0.74, default pipeline, depth 10): "
+        f"{'met' if sci['hybrid, DBSF'] >= 0.74 else 'not met'} ({sci['hybrid, DBSF']:.4f}); the best "
+        f"variant measured: {best[0]}, {best[1]['ndcg@10']:.4f}.",
         "",
     ]
 
@@ -600,7 +405,7 @@ def main() -> int:
         return 0
     if args.backends:
         return compare_backends(args.cache, args.backends, args.out.with_name("quality_backends.json"))
-    started = time.perf_counter()
+    started, load = time.perf_counter(), os.getloadavg()[0]
     results: dict[str, Any] = {
         "scifact": scifact(args.cache),
         "classic-dev": classic(args.cache),
@@ -613,6 +418,7 @@ def main() -> int:
     results["fallback_recovery"] = cla["wrong category pinned, fallback on"]["ndcg@10"] / unfiltered
     results["no_fallback_recovery"] = cla["wrong category pinned, fallback off"]["ndcg@10"] / unfiltered
     results["seconds"] = time.perf_counter() - started
+    results["measured"] = measured(load)
     print_table("SciFact", results["scifact"])
     print_table("classic-dev", cla)
     print_table("classic-dev + SciFact mix", results["mix"])
@@ -629,11 +435,9 @@ def main() -> int:
 
 
 def write_doc(doc: Path, results: dict[str, Any]) -> None:
-    """docs/quality.md from ``results``, keeping the fallback section benchmarks/fallback_quality.py wrote."""
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    kept = doc.read_text(encoding="utf-8").partition(FALLBACK_SECTION)[2] if doc.is_file() else ""
-    fallback = f"\n{FALLBACK_SECTION}{kept}" if kept else ""  # written by benchmarks/fallback_quality.py
-    doc.write_text(markdown(results) + fallback, encoding="utf-8")
+    """This run's section of docs/quality.md, in place (the doc's prose and the other
+    benchmarks' sections are kept)."""
+    replace_section(doc, SECTION, section(results))
 
 
 def compare_backends(cache: Path, size: int, out: Path) -> int:

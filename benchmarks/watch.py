@@ -32,7 +32,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from lookup_knowledge import load_config, sample_knowledge_base
-from lookup_knowledge.agent.lookup import TOOL_NAME
+from lookup_knowledge.agent.tool_definition import TOOL_NAME
 from lookup_knowledge.ingestion import ingest
 
 CLI = str(Path(sys.executable).with_name("lookup-knowledge"))

@@ -1,5 +1,5 @@
 """Abstention: whether the hits plausibly answer the question, read from signals that carry
-across corpora (SPEC section 4, last points; ``docs/trust.md``).
+across corpora (``docs/trust.md``).
 
 A knowledge base that has nothing on a question still returns nearest neighbours, at cosines
 that mean different things on different stores (an off-topic question's best cosine is 0.25 on
@@ -61,7 +61,7 @@ class EvidenceVerdict:
     strictness: float = 1.5
 
 
-@config.when_not(l1_enabled=False)
+@config.when(l1_enabled=True)
 def probe_null(
     search_request: SearchRequest,
     search_port: KnowledgeSearchPort,
@@ -127,7 +127,7 @@ def evidence_verdict(
     retrieval_attempts: list[SearchAttempt],
     probe_null: ProbeNull,
     abstention_policy: AbstentionPolicy,
-    retrieval_mode: str = "dense",
+    retrieval_mode: str,
 ) -> EvidenceVerdict:
     """Whether the usable hits plausibly answer the question: the margin of their best cosine
     over the store's probe null against ``abstention.strictness``."""

@@ -102,13 +102,13 @@ def _signal_reasons(hit: SearchHit, place: int, retrieval_mode: str, fusion: str
 def candidates_df(
     retrieval_attempts: list[SearchAttempt],
     l0_hints: L0Hints,
-    retrieval_mode: str = "dense",
-    hybrid_fusion: HybridFusion | None = None,
+    retrieval_mode: str,
+    hybrid_fusion: HybridFusion,
 ) -> pd.DataFrame:
     """The final hit list as evidence candidates: identity fields, scores and hit reasons
     (vector attempt, the searches that found it, L0 matches), best first."""
     hint_terms = _hint_terms(l0_hints)
-    fusion = (hybrid_fusion or HybridFusion()).method
+    fusion = hybrid_fusion.method
     rows = []
     ranked = _final_hits(retrieval_attempts, retrieval_mode)
     for rank, (attempt, hit, rank_score, place) in enumerate(ranked, start=1):

@@ -25,7 +25,7 @@ def query_sparse_vector(query: str) -> SparseVector:
     return bm25_encoder().embed_query(query)
 
 
-@config.when_not(l0_enabled=False)
+@config.when(l0_enabled=True)
 def l0_hints(query: str, l0_index: L0Index) -> L0Hints:
     """Matched titles, keywords, domains and entities from the L0 frontmatter index."""
     return l0_index.match(query)

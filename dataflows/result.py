@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 import pandas as pd
 
 from lookup_knowledge.adapters.search import identity_key
@@ -59,39 +62,22 @@ def evidence_status(
     return "no_evidence"
 
 
+def _fields(value: Any) -> dict[str, Any]:
+    """A dataclass's fields by name, one level deep (what its trace model copies)."""
+    return {f.name: getattr(value, f.name) for f in fields(value)}
+
+
 def _verdict_trace(verdict: EvidenceVerdict) -> EvidenceVerdictTrace:
-    return EvidenceVerdictTrace(
-        plausible=verdict.plausible,
-        reason=verdict.reason,
-        margin=verdict.margin,
-        dense_top=verdict.dense_top,
-        dense_percentile=verdict.dense_percentile,
-        null_median=verdict.null_median,
-        null_p90=verdict.null_p90,
-        probes=verdict.probes,
-        lexical_coverage=verdict.lexical_coverage,
-        query_terms=list(verdict.query_terms),
-        matched_terms=list(verdict.matched_terms),
-        top_dense_rank=verdict.top_dense_rank,
-        top_sparse_rank=verdict.top_sparse_rank,
-        strictness=verdict.strictness,
-    )
+    return EvidenceVerdictTrace(**_fields(verdict))
 
 
 def _decision_trace(decision: FallbackDecision) -> FallbackDecisionTrace:
-    values = decision.values
     return FallbackDecisionTrace(
         rule=decision.policy.rule,
         fired=decision.rule,
         used=decision.use,
-        filtered_top=values.filtered_top,
-        unfiltered_top=values.unfiltered_top,
-        score_ratio=values.score_ratio,
-        overlap=values.overlap,
-        filtered_sparse_top=values.filtered_sparse_top,
-        unfiltered_sparse_top=values.unfiltered_sparse_top,
-        sparse_score_ratio=values.sparse_score_ratio,
         settings=decision.policy.settings(),
+        **_fields(decision.values),
     )
 
 
@@ -108,8 +94,8 @@ def retrieval_trace(
     relative_evidence_floor: float,
     evidence_cuts: EvidenceCuts,
     evidence_verdict: EvidenceVerdict,
-    retrieval_mode: str = "dense",
-    hybrid_fusion: HybridFusion | None = None,
+    retrieval_mode: str,
+    hybrid_fusion: HybridFusion,
 ) -> RetrievalTrace:
     """L0 hints, filter, every search with whether its hits were used, the fallback decision
     with the values it read, and the settings in force."""
@@ -117,7 +103,7 @@ def retrieval_trace(
     layer = "L0+L1" if not l0_hints.is_empty and l1_candidates else "L1"
     return RetrievalTrace(
         retrieval_mode=retrieval_mode,
-        fusion=(hybrid_fusion or HybridFusion()).method if retrieval_mode == "hybrid" else None,
+        fusion=hybrid_fusion.method if retrieval_mode == "hybrid" else None,
         l0_hints=l0_hints,
         category_filter=category_filter,
         attempts=[
@@ -167,7 +153,7 @@ def rerank_trace(reranked_df: pd.DataFrame, rerank_weights: RerankConfig) -> Rer
 
 
 def relevance_level(
-    evidence_status: EvidenceStatus, evidence_verdict: EvidenceVerdict, retrieval_mode: str = "dense"
+    evidence_status: EvidenceStatus, evidence_verdict: EvidenceVerdict, retrieval_mode: str
 ) -> RelevanceLevel:
     """``high`` when the dense and the BM25 search both rank the top hit first, ``medium`` when
     both rank it in their top :data:`MEDIUM_AGREEMENT`, else ``low`` (dense mode: by the

@@ -17,7 +17,6 @@ instead of holding the filtered top score against a constant (see ``docs/quality
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 import numpy as np
 from hamilton.function_modifiers import config
@@ -30,9 +29,7 @@ from lookup_knowledge.adapters.search import (
     SearchRequest,
 )
 from lookup_knowledge.adapters.sparse import SparseVector
-from lookup_knowledge.contract import DecisionRule, FallbackReason, FallbackRule
-
-AttemptKind = Literal["filtered", "unfiltered"]
+from lookup_knowledge.contract import AttemptKind, DecisionRule, FallbackReason, FallbackRule
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +304,7 @@ def fallback_decision(
     fallback_policy: FallbackPolicy,
     fallback_enabled: bool,
 ) -> FallbackDecision:
-    """Keep the filtered hits, or use the unfiltered ones, and say why (SPEC reasons)."""
+    """Keep the filtered hits, or use the unfiltered ones, and say why (a ``FallbackReason``)."""
     policy = fallback_policy
     values = _decision_values(filtered_hits, unfiltered_hits)
 

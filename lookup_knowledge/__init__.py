@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lookup_knowledge.agent.lookup import AgentLookup, tool_definition
-    from lookup_knowledge.agent.tool import KnowledgeTool
+    from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
+    from lookup_knowledge.agent.lookup import AgentLookup
+    from lookup_knowledge.agent.tool_definition import tool_definition
     from lookup_knowledge.agent.verify import AnswerVerdict, verify_answer
     from lookup_knowledge.config import Config, ConfigError, load_config
     from lookup_knowledge.contract import EvidenceBlock, LookupResult
@@ -35,7 +36,7 @@ __all__ = [
 ]
 _HOMES = {
     "AgentLookup": "agent.lookup",
-    "tool_definition": "agent.lookup",
+    "tool_definition": "agent.tool_definition",
     "Config": "config",
     "ConfigError": "config",
     "load_config": "config",
@@ -43,7 +44,7 @@ _HOMES = {
     "LookupResult": "contract",
     "IngestReport": "ingestion",
     "ingest": "ingestion",
-    "KnowledgeTool": "agent.tool",
+    "KnowledgeTool": "agent.knowledge_tool",
     "AnswerVerdict": "agent.verify",
     "verify_answer": "agent.verify",
 }

@@ -13,7 +13,8 @@ from __future__ import annotations
 import bisect
 import re
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -28,6 +29,7 @@ Script = Literal["cjk", "alphabetic"]
 MIN_SPREAD = 0.01  # a null whose probes all score alike still gives a finite margin
 
 
+@lru_cache(maxsize=4096)  # a lookup reads its query's script twice (its null, its verdict)
 def script_of(text: str) -> Script:
     """``cjk`` when most of the text's letters are CJK, else ``alphabetic``: the model scores
     the two differently (MiniLM reads CJK text as a few rare tokens), so each has its own null."""
@@ -41,6 +43,7 @@ class ProbeNull:
     """The top dense cosines the store gave the probes of one script, sorted (empty: no calibration)."""
 
     dense_tops: tuple[float, ...] = ()
+    _quantiles: dict[float, float] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def dense_percentile(self, score: float) -> float | None:
         """The share of probes whose top cosine is below ``score``; ``None`` without probes."""
@@ -60,7 +63,9 @@ class ProbeNull:
         """The probes' top cosine at ``share`` (0.9: nine probes in ten score at most this)."""
         if not self.dense_tops:
             return None
-        return float(np.quantile(self.dense_tops, share))
+        if share not in self._quantiles:  # every lookup reads the median and the 90th percentile
+            self._quantiles[share] = float(np.quantile(self.dense_tops, share))
+        return self._quantiles[share]
 
 
 def _top_cosine(hits: list[SearchHit]) -> float:

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lookup_knowledge.adapters.redaction import mask_secrets
+from lookup_knowledge.contract import FallbackRule, FusionMethod, RetrievalMode
 from lookup_knowledge.extras import MissingExtraError, require
 
 DEFAULT_RETRIEVE_K = 20
@@ -92,8 +93,8 @@ class ToggleConfig(_Section):
 
 
 class RetrievalConfig(_Section):
-    mode: Literal["dense", "sparse", "hybrid"] = "hybrid"
-    fusion: Literal["rrf", "dbsf"] = "dbsf"
+    mode: RetrievalMode = "hybrid"
+    fusion: FusionMethod = "dbsf"
     prefetch_k: int | None = Field(200, ge=1, le=1000)
     retrieve_k: int | None = Field(None, ge=1, le=1000)
     return_n: int | None = Field(None, ge=1, le=1000)
@@ -101,7 +102,7 @@ class RetrievalConfig(_Section):
     max_chunks_per_document: int | None = Field(2, ge=1)
     reference_threshold: float = Field(0.45, ge=0.0, le=1.0)
     fallback: bool = True
-    fallback_rule: Literal["relative", "threshold"] = "relative"
+    fallback_rule: FallbackRule = "relative"
     fallback_score_ratio: float = Field(0.75, ge=0.0, le=1.0)
     fallback_sparse_ratio: float = Field(0.6, ge=0.0, le=1.0)
     min_evidence_score: float = Field(0.2, ge=0.0, le=1.0)

@@ -1,4 +1,4 @@
-"""The agent-facing result contract (SPEC section 7): pydantic models serialized as camelCase JSON.
+"""The agent-facing result contract: pydantic models serialized as camelCase JSON.
 
 ``result.model_dump(by_alias=True, mode="json")`` is the contract JSON.
 """
@@ -18,6 +18,9 @@ FallbackReason = Literal[
 RelevanceLevel = Literal["high", "medium", "low", "none"]
 VerdictReason = Literal["no_candidates", "exact_code", "plausible", "below_probe_null", "no_shared_terms"]
 FallbackRule = Literal["relative", "threshold"]
+RetrievalMode = Literal["dense", "sparse", "hybrid"]
+FusionMethod = Literal["rrf", "dbsf"]
+AttemptKind = Literal["filtered", "unfiltered"]  # the search with the category filter, or its companion
 DecisionRule = Literal[
     "no_filter",  # one unfiltered search: nothing to decide
     "fallback_disabled",  # retrieval.fallback is off: the filtered hits stand
@@ -154,7 +157,7 @@ class ContextPack(ContractModel):
 
 
 class AttemptTrace(ContractModel):
-    kind: Literal["filtered", "unfiltered"]
+    kind: AttemptKind
     filter: str | None
     width: int
     hit_count: int
@@ -172,7 +175,7 @@ class FallbackDecisionTrace(ContractModel):
 
     rule: FallbackRule = Field(description="the decision rule in force (retrieval.fallback_rule)")
     fired: DecisionRule = Field(description="the branch of the rule that decided")
-    used: Literal["filtered", "unfiltered"] | None = Field(description="whose hits were used")
+    used: AttemptKind | None = Field(description="whose hits were used")
     filtered_top: float | None = Field(description="top normalized score of the filtered search")
     unfiltered_top: float | None = Field(description="top normalized score of the unfiltered search")
     score_ratio: float | None = Field(description="filtered top / unfiltered top")
@@ -219,7 +222,7 @@ class NodeTiming:
 
 
 class InvocationRecordStatus(ContractModel):
-    """Whether an agent entry point wrote this call's ``tool_invocation`` row (SPEC section 8)."""
+    """Whether an agent entry point wrote this call's ``tool_invocation`` row (docs/invocations.md)."""
 
     written: bool
     id: int | None = None
@@ -257,10 +260,8 @@ class EvidenceVerdictTrace(ContractModel):
 
 
 class RetrievalTrace(ContractModel):
-    retrieval_mode: Literal["dense", "sparse", "hybrid"] = "dense"
-    fusion: Literal["rrf", "dbsf"] | None = Field(
-        None, description="hybrid mode: how the searches were fused"
-    )
+    retrieval_mode: RetrievalMode
+    fusion: FusionMethod | None = Field(None, description="hybrid mode: how the searches were fused")
     l0_hints: L0Hints
     category_filter: str | None
     attempts: list[AttemptTrace]

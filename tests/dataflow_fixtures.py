@@ -16,7 +16,7 @@ from lookup_knowledge.adapters.corpus import SourceDocument, read_corpus
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-from lookup_knowledge.agent.tool import KnowledgeTool
+from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.config import Config
 from lookup_knowledge.probes import PROBE_QUERIES
 from lookup_knowledge.stores import l0_index_path, open_store

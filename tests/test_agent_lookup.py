@@ -1,28 +1,23 @@
-"""`agent/lookup.py`: the tool definition (JSON schema, the callable) and recorded calls."""
+"""`agent/lookup.py`: recorded calls (the callable, rows, session domains, the record's failures)."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import logging
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from lookup_knowledge import AgentLookup, KnowledgeTool, tool_definition
+from lookup_knowledge import AgentLookup, KnowledgeTool
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
-from lookup_knowledge.agent.lookup import (
-    INPUT_SCHEMA,
+from lookup_knowledge.agent.lookup import invocation_db_url
+from lookup_knowledge.agent.tool_definition import (
     TOOL_DESCRIPTION,
     TOOL_NAME,
-    anthropic_tool,
-    invocation_db_url,
-    openai_tool,
 )
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
@@ -39,63 +34,6 @@ def _row(agent: AgentLookup, row_id: int | None) -> Invocation:
     row = agent.recorder.get(row_id)
     assert row is not None
     return row
-
-
-# --- the tool definition ------------------------------------------------------------------------
-
-
-def test_tool_definition_is_a_json_schema_function() -> None:
-    definition = tool_definition()
-    assert definition == {
-        "name": "lookup_knowledge",
-        "description": TOOL_DESCRIPTION,
-        "parameters": INPUT_SCHEMA,
-    }
-    schema = definition["parameters"]
-    jsonschema.Draft202012Validator.check_schema(schema)
-    validator = jsonschema.Draft202012Validator(schema)
-    assert validator.is_valid({"query": "who approves refunds?"})
-    for bad in ({}, {"query": 5}, {"query": "x", "top_k": 3}):
-        assert not validator.is_valid(bad)
-    json.dumps(definition)  # plain JSON, as tool-calling APIs take it
-
-
-def test_description_tells_the_agent_how_to_read_the_result() -> None:
-    for phrase in (
-        "evidenceKey",
-        "cite",
-        "no_evidence",
-        "retrieval_failed",
-        "outage",
-        "l0Hints",
-        "never facts",
-        "<docId>#chunk-<n>",
-    ):
-        assert phrase in TOOL_DESCRIPTION
-
-
-def test_the_description_names_no_document_of_the_sample_knowledge_base() -> None:
-    """The same text describes whatever store is served: no sample key or topic in it."""
-    sample = Path(__file__).resolve().parents[1] / "lookup_knowledge" / "sample-kb"
-    words = re.findall(r"[\w-]+#chunk-\d+|runbooks|payments|refund", TOOL_DESCRIPTION)
-    assert words == []
-    assert not any(path.stem in TOOL_DESCRIPTION for path in sample.rglob("*.md"))
-
-
-def test_openai_and_anthropic_shapes() -> None:
-    assert openai_tool() == {"type": "function", "function": tool_definition()}
-    assert anthropic_tool() == {
-        "name": TOOL_NAME,
-        "description": TOOL_DESCRIPTION,
-        "input_schema": INPUT_SCHEMA,
-    }
-
-
-def test_definitions_are_fresh_copies() -> None:
-    tool_definition()["parameters"]["properties"]["query"]["type"] = "integer"
-    anthropic_tool()["input_schema"]["required"].append("x")
-    assert INPUT_SCHEMA["properties"]["query"]["type"] == "string"
-    assert INPUT_SCHEMA["required"] == ["query"]
 
 
 # --- the Python callable ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """L0 hints -> category filter -> filtered L1 search and its unfiltered companion -> fallback decision
-(SPEC sections 3-4), on the real Qdrant Edge store; the decision's branches also on qdrant-client."""
+(docs/quality.md), on the real Qdrant Edge store; the decision's branches also on qdrant-client."""
 
 from __future__ import annotations
 
@@ -413,7 +413,7 @@ def test_threshold_rule_reads_the_reference_threshold(run):
 
 
 def test_threshold_rule_runs_the_unfiltered_search_only_as_a_retry(run):
-    """SPEC 4: under ``threshold`` a filtered search that meets the rule is the only search."""
+    """Under ``threshold`` a filtered search that meets the rule is the only search."""
     held = run("threshold_rule_filter_holds")
     d = decision(held)
     assert (d["fired"], d["used"]) == ("filtered_top_at_threshold", "filtered")

@@ -121,6 +121,6 @@ def test_a_defect_in_a_node_is_logged_with_its_traceback_and_answered_as_a_resul
     with KnowledgeTool(config, embedder=ExplodingEmbedder()) as tool:
         result = tool.lookup(REFUND_QUERY)
     assert result.evidence_status == "retrieval_failed" and not result.found
-    (record,) = [r for r in caplog.records if r.name == "lookup_knowledge.agent.tool"]
+    (record,) = [r for r in caplog.records if r.name == "lookup_knowledge.agent.knowledge_tool"]
     assert record.levelname == "ERROR" and record.exc_info is not None
     assert record.exc_info[0] is KeyError

@@ -14,11 +14,19 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 from test_agent_lookup import KAFKA_QUERY, REFUND_QUERY
 
-from lookup_knowledge import ingest
+from lookup_knowledge import AgentLookup, ingest, tool_definition
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import InvocationRecorder
-from lookup_knowledge.agent.lookup import TOOL_DESCRIPTION, TOOL_NAME
-from lookup_knowledge.agent.verify import VERIFY_DESCRIPTION, VERIFY_TOOL_NAME
+from lookup_knowledge.agent.mcp_server import build_server
+from lookup_knowledge.agent.tool_definition import (
+    INPUT_SCHEMA,
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    VERIFY_DESCRIPTION,
+    VERIFY_INPUT_SCHEMA,
+    VERIFY_TOOL_NAME,
+    anthropic_tool,
+)
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
 STARTUP_TIMEOUT_S = 180  # the server imports torch and loads the model on a busy 2-core machine
@@ -184,3 +192,31 @@ def test_verify_answer_over_stdio_flags_a_block_whose_source_changed(
     assert [c["status"] for c in before["citations"]] == ["ok"]
     assert [c["status"] for c in after["citations"]] == ["stale"]
     assert (before["verified"], after["verified"]) == (True, False)
+
+
+async def _listed_and_called(agent: AgentLookup) -> dict[str, Any]:
+    async with Client(build_server(agent)) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        calls = {
+            "plain": await client.call_tool(TOOL_NAME, {"query": REFUND_QUERY}),
+            "undeclared": await client.call_tool(TOOL_NAME, {"query": REFUND_QUERY, "top_k": 3}),
+            "not a string": await client.call_tool(TOOL_NAME, {"query": 5}),
+            "verify, undeclared": await client.call_tool(VERIFY_TOOL_NAME, {"answer": "x", "session": "s"}),
+        }
+    return {"tools": tools, "calls": calls}
+
+
+def test_the_mcp_server_lists_and_enforces_the_tool_definition(agent: AgentLookup) -> None:
+    """One schema: what the MCP server lists is what tool_definition() and anthropic_tool() give,
+    and the server refuses what that schema refuses."""
+    seen = anyio.run(_listed_and_called, agent)
+    tools, calls = seen["tools"], seen["calls"]
+    assert tools[TOOL_NAME].input_schema == INPUT_SCHEMA == tool_definition()["parameters"]
+    assert tools[TOOL_NAME].input_schema == anthropic_tool()["input_schema"]
+    assert tools[TOOL_NAME].description == tool_definition()["description"]
+    assert tools[VERIFY_TOOL_NAME].input_schema == VERIFY_INPUT_SCHEMA
+    assert not calls["plain"].is_error
+    assert _contract(calls["plain"])["evidenceStatus"] == "evidence"
+    for refused in ("undeclared", "not a string", "verify, undeclared"):
+        assert calls[refused].is_error, refused
+        assert "validation error" in calls[refused].content[0].text, refused

@@ -27,7 +27,7 @@ from lookup_knowledge.dataflows.postprocessing import (
     reranked_df,
     screened_df,
 )
-from lookup_knowledge.dataflows.retrieval import SearchAttempt
+from lookup_knowledge.dataflows.retrieval import HybridFusion, SearchAttempt
 
 NO_HINTS = L0Hints()
 
@@ -46,7 +46,7 @@ def dedup(hits, *, cap=2, return_n=20, hints=NO_HINTS, floor=0.0):
 
 
 def screened(hits, *, cap=2, return_n=20, hints=NO_HINTS, floor=0.0):
-    return screened_df(candidates_df(attempts(hits), hints), cap, return_n, floor)
+    return screened_df(candidates_df(attempts(hits), hints, "dense", HybridFusion()), cap, return_n, floor)
 
 
 def keys(df: pd.DataFrame) -> list[str]:
@@ -78,6 +78,8 @@ def test_candidates_carry_identity_and_attempt_reason():
     df = candidates_df(
         attempts([("filtered", make_hit("a", 1, 0.9)), ("unfiltered", make_hit(None, None, 0.8))]),
         NO_HINTS,
+        "dense",
+        HybridFusion(),
     )
     assert keys(df) == ["a#chunk-1", "rank:2"]
     assert list(df["original_rank"]) == [1, 2]
@@ -154,7 +156,7 @@ def test_per_document_cap_keeps_the_chunk_that_holds_the_querys_code_first():
     """Two sibling sections (``SOME_ENV_VAR_PROTOCOL``) outscore the one the query names."""
     named = replace(make_hit("otel", 0, 0.6), exact_codes=("SOME_ENV_VAR",))
     hits = [("unfiltered", hit) for hit in (make_hit("otel", 1, 0.9), make_hit("otel", 2, 0.8), named)]
-    frame = screened_df(candidates_df(attempts(hits), NO_HINTS, "hybrid"), 2, 20, 0.0)
+    frame = screened_df(candidates_df(attempts(hits), NO_HINTS, "hybrid", HybridFusion()), 2, 20, 0.0)
     assert dict(zip(frame["evidence_key"], frame["left_out"], strict=True)) == {
         "otel#chunk-1": None, "otel#chunk-2": "document_cap", "otel#chunk-0": None,
     }  # fmt: skip
@@ -273,6 +275,8 @@ def test_l0_hint_matching_a_candidate_is_its_hit_reason():
             ]
         ),
         RICH_HINTS,
+        "dense",
+        HybridFusion(),
     )
     assert sorted(df.iloc[0]["hit_reasons"]) == [
         "l0_domain:payments",

@@ -1,4 +1,4 @@
-"""The agent-facing result contract (SPEC section 7) through the Python API."""
+"""The agent-facing result contract (lookup_knowledge/contract.py) through the Python API."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from hamilton import driver as hamilton_driver
 
 from lookup_knowledge import ingest, load_config
 from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
-from lookup_knowledge.agent.tool import KnowledgeTool
+from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 
 TOP_LEVEL = {
     "found",

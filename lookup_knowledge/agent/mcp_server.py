@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from importlib.metadata import version
 from io import TextIOWrapper
 from typing import Annotated, Any
@@ -27,6 +27,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from mcp.types import (
@@ -38,23 +39,20 @@ from mcp.types import (
     TextContent,
     jsonrpc_message_adapter,
 )
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from lookup_knowledge.adapters.recorder import RecorderUnavailableError
-from lookup_knowledge.agent.lookup import (
-    QUERY_DESCRIPTION,
+from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
+from lookup_knowledge.agent.tool_definition import (
     TOOL_DESCRIPTION,
     TOOL_NAME,
-    AgentLookup,
-    new_session_id,
-)
-from lookup_knowledge.agent.verify import (
-    ANSWER_DESCRIPTION,
-    UNCITED_DESCRIPTION,
     VERIFY_DESCRIPTION,
     VERIFY_TOOL_NAME,
-    AnswerVerdict,
+    LookupArguments,
+    VerifyArguments,
+    input_schema,
 )
+from lookup_knowledge.agent.verify import AnswerVerdict
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult
 
@@ -73,9 +71,7 @@ def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer
     share ``session_id`` (default: fresh)."""
     session = session_id or new_session_id("mcp")
 
-    def lookup_knowledge(
-        query: Annotated[str, Field(description=QUERY_DESCRIPTION)],
-    ) -> Annotated[CallToolResult, LookupResult]:
+    def lookup_knowledge(query: str) -> Annotated[CallToolResult, LookupResult]:
         result = agent.call(query, session)
         payload = result.model_dump(by_alias=True, mode="json")
         return CallToolResult(
@@ -84,10 +80,7 @@ def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer
             is_error=result.evidence_status == "invalid_input",
         )
 
-    def verify_answer(
-        answer: Annotated[str, Field(description=ANSWER_DESCRIPTION)],
-        check_uncited: Annotated[bool, Field(description=UNCITED_DESCRIPTION)] = False,
-    ) -> Annotated[CallToolResult, AnswerVerdict]:
+    def verify_answer(answer: str, check_uncited: bool = False) -> Annotated[CallToolResult, AnswerVerdict]:
         try:
             verdict = agent.verify_answer(answer, session, check_uncited=check_uncited)
         except RecorderUnavailableError as exc:  # nothing to verify against: say so, serve on
@@ -100,23 +93,21 @@ def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer
         )
 
     tools = [
-        _closed_arguments(Tool.from_function(lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION)),
-        _closed_arguments(
-            Tool.from_function(verify_answer, name=VERIFY_TOOL_NAME, description=VERIFY_DESCRIPTION)
-        ),
+        _defined_tool(lookup_knowledge, TOOL_NAME, TOOL_DESCRIPTION, LookupArguments),
+        _defined_tool(verify_answer, VERIFY_TOOL_NAME, VERIFY_DESCRIPTION, VerifyArguments),
     ]
     return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=version("lookup-knowledge"), tools=tools)
 
 
-def _closed_arguments(tool: Tool) -> Tool:
-    """``tool`` refusing arguments it does not declare (``additionalProperties: false``), as the
-    schema every other export of the tool says (:data:`~lookup_knowledge.agent.INPUT_SCHEMA`)."""
-    arguments = tool.fn_metadata.arg_model
-    closed = type(arguments.__name__, (arguments,), {"model_config": ConfigDict(extra="forbid")})
-    metadata = tool.fn_metadata.model_copy(update={"arg_model": closed})
-    return tool.model_copy(
-        update={"fn_metadata": metadata, "parameters": closed.model_json_schema(by_alias=True)}
-    )
+def _defined_tool(fn: Callable[..., Any], name: str, description: str, arguments: type[BaseModel]) -> Tool:
+    """``fn`` as an MCP tool taking the ``arguments`` of its definition
+    (:mod:`~lookup_knowledge.agent.tool_definition`): calls are validated by that model (arguments
+    it does not declare refused) and the tool lists its schema, as the Python exports give it;
+    the function's signature gives only the output schema."""
+    tool = Tool.from_function(fn, name=name, description=description)
+    validated = type(f"{name}Arguments", (arguments, ArgModelBase), {})
+    metadata = tool.fn_metadata.model_copy(update={"arg_model": validated})
+    return tool.model_copy(update={"fn_metadata": metadata, "parameters": input_schema(arguments)})
 
 
 def serve_stdio(config: Config) -> None:

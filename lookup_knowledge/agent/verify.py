@@ -21,28 +21,17 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
 from lookup_knowledge.adapters.source_files import file_version
+from lookup_knowledge.adapters.text import escape_surrogates
 from lookup_knowledge.contract import ContractModel, InvocationRecordStatus, LookupResult
 
-VERIFY_TOOL_NAME = "verify_answer"
 CITATION_PATTERN = r"\[?(?P<key>[^\s\[\]()<>\"'`,;]+#chunk-\d+)\]?"
-VERIFY_DESCRIPTION = """\
-Check a drafted answer against the evidence lookup_knowledge returned in this session, before \
-you send it. Deterministic, no model. Each cited evidence key (`<docId>#chunk-<n>` or \
-`[<docId>#chunk-<n>]`) gets a status: "ok"; "not_returned" (a real key no lookup of this session \
-returned); "unknown_key" (no such key: fabricated); "quote_mismatch" (a quote in quotation marks \
-or a block quote next to the key is not verbatim in that block); "stale" (the block's source \
-changed since it was ingested). `verified` is true only when every citation is ok. If not: \
-repair the answer (cite only returned keys, quote the block's text exactly, look up again for \
-a stale or missing block) and verify again."""
-ANSWER_DESCRIPTION = "The full answer text as you would send it, citations and quotes included."
-UNCITED_DESCRIPTION = "Also list sentences that carry no citation (they then fail verification)."
 MIN_UNCITED_WORDS = 4  # shorter sentences ("In short:") carry no claim worth a citation
 CitationStatus = Literal["ok", "not_returned", "unknown_key", "quote_mismatch", "stale"]
 
@@ -67,26 +56,20 @@ class ReturnedBlock:
 
     @classmethod
     def from_record(cls, entry: Mapping[str, Any], invocation_id: int | None) -> ReturnedBlock:
-        return cls(
-            key=entry["key"],
-            sha256=entry["sha256"],
-            content=entry["content"],
-            source=entry.get("source"),
-            invocation_id=invocation_id,
-            source_path=entry.get("sourcePath"),
-            source_version=entry.get("sourceVersion"),
-        )
+        values = {
+            f.name: entry[name] if f.default is MISSING else entry.get(name)
+            for f in _RECORD_FIELDS
+            for name in [_RECORD_NAMES.get(f.name, f.name)]
+        }
+        return cls(**values, invocation_id=invocation_id)
 
     def to_record(self) -> dict[str, Any]:
         """The ``returned_evidence`` entry of this block."""
-        return {
-            "key": self.key,
-            "sha256": self.sha256,
-            "content": self.content,
-            "source": self.source,
-            "sourcePath": self.source_path,
-            "sourceVersion": self.source_version,
-        }
+        return {_RECORD_NAMES.get(f.name, f.name): getattr(self, f.name) for f in _RECORD_FIELDS}
+
+
+_RECORD_NAMES = {"source_path": "sourcePath", "source_version": "sourceVersion"}  # the others as named
+_RECORD_FIELDS = [f for f in fields(ReturnedBlock) if f.name != "invocation_id"]  # what a record keeps
 
 
 class QuoteCheck(ContractModel):
@@ -138,7 +121,7 @@ class _Quote:
 
 def content_sha256(content: str) -> str:
     """The hash the record keeps of a block's content."""
-    return hashlib.sha256(content.encode("utf-8", "backslashreplace")).hexdigest()
+    return hashlib.sha256(escape_surrogates(content).encode("utf-8")).hexdigest()
 
 
 def returned_blocks(results: Iterable[LookupResult | Mapping[str, Any]]) -> list[ReturnedBlock]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import sys
 import threading
 import time
@@ -12,7 +11,6 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.console import Console
 from rich.json import JSON
 from rich.markup import escape
 from rich.table import Table
@@ -21,11 +19,13 @@ from lookup_knowledge.adapters.corpus import CorpusError
 from lookup_knowledge.adapters.embedder import EmbedderError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.adapters.search import StoreError
-from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, invocation_row, new_session_id
-from lookup_knowledge.agent.tool import failure_result, query_problem, session_key
+from lookup_knowledge.agent.invocation_row import invocation_row
+from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, new_session_id
+from lookup_knowledge.agent.request import failure_result, query_problem, session_key
 from lookup_knowledge.cli.display import print_result
 from lookup_knowledge.cli.eval import register as register_eval_commands
 from lookup_knowledge.cli.info import describe
+from lookup_knowledge.cli.output import console, errors, facts_table, fail, note, print_json
 from lookup_knowledge.cli.render import GRAPHVIZ_HINT, render_execution, render_variants
 from lookup_knowledge.cli.shell import register as register_shell_command
 from lookup_knowledge.config import Config, ConfigError, load_config
@@ -35,8 +35,6 @@ from lookup_knowledge.ingestion import IngestReport, ingest
 from lookup_knowledge.stores import l0_index_path
 
 app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
-console = Console()
-errors = Console(stderr=True)
 
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="YAML config file (default: the shipped one).")
@@ -59,12 +57,7 @@ def _config(config: Path | None, overrides: list[str] | None) -> Config:
     try:
         return load_config(config, overrides or [])
     except ConfigError as exc:
-        _fail(str(exc))
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+        fail(str(exc))
 
 
 @app.command("ingest")
@@ -91,9 +84,9 @@ def ingest_command(
     try:
         report = ingest(source, settings, prune=prune, progress=True)  # a bar, or lines in a log
     except (CorpusError, StoreError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except EmbedderError as exc:  # what was written stays; the next run completes it
-        _fail(f"{exc}; documents written before the failure are kept, run ingest again", code=1)
+        fail(f"{exc}; documents written before the failure are kept, run ingest again", code=1)
     _print_ingest_report(report)
 
 
@@ -104,9 +97,9 @@ def _watch(source: Path, settings: Config) -> None:
     try:
         require("watch", "ingest --watch")
     except MissingExtraError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if not source.is_dir():
-        _fail(f"--watch needs a folder: {source}")
+        fail(f"--watch needs a folder: {source}")
 
     def report_line(report: IngestReport) -> None:
         console.print(
@@ -123,15 +116,14 @@ def _watch(source: Path, settings: Config) -> None:
         try:
             watch_ingest(source, settings, stop, report_line, on_error=error_line)
         except (CorpusError, StoreError, EmbedderError) as exc:  # the first sync failed
-            _fail(str(exc))
+            fail(str(exc))
     console.print("stopped", highlight=False, markup=False)
 
 
 def _print_ingest_report(report: IngestReport) -> None:
     from lookup_knowledge.cli.display import markup_safe  # file names may hold terminal escapes
 
-    table = Table(title=f"Ingested {markup_safe(str(report.source))}", show_header=False)
-    for label, value in [
+    rows = [
         ("documents", report.documents),
         ("new / updated / unchanged", f"{report.new} / {report.updated} / {report.unchanged}"),
         ("pruned", report.pruned),
@@ -139,9 +131,8 @@ def _print_ingest_report(report: IngestReport) -> None:
         ("points in store", report.points_in_store),
         ("skipped files", len(report.skipped)),
         ("seconds", f"{report.seconds:.1f}"),
-    ]:
-        table.add_row(label, str(value))
-    console.print(table)
+    ]
+    console.print(facts_table(f"Ingested {markup_safe(str(report.source))}", rows))
     for skipped in report.skipped:
         line = f"[yellow]skipped[/] {markup_safe(str(skipped.path))}: {markup_safe(skipped.reason)}"
         console.print(line, highlight=False, soft_wrap=True)
@@ -176,7 +167,7 @@ def query_command(
         if not no_record:
             rejected = failure_result(text[:200], "invalid_input", f"Invalid query: {problem}.", [])
             _record_unrun(settings, text, session, rejected)
-        _fail(f"invalid query: {problem}")
+        fail(f"invalid query: {problem}")
     try:
         agent = AgentLookup.from_config(settings, record=not no_record, require_store=True)  # fails fast
     except StoreError as exc:  # the agent's contract: a retrieval_failed result (exit code 1)
@@ -192,7 +183,7 @@ def query_command(
         took_ms = (time.perf_counter() - started) * 1000
         _print_lookup(result, as_json, indent)
         if not as_json:
-            _note(
+            note(
                 f"lookup {took_ms:.0f} ms, after a {cold_ms / 1000:.1f} s cold start (model load, first "
                 "search) that every query command pays; `lookup-knowledge shell` pays it once"
             )
@@ -207,23 +198,18 @@ def _explain(agent: AgentLookup, result: LookupResult, text: str, path: Path) ->
     try:
         drawn = render_execution(agent.tool, result, agent.tool.dataflow_inputs(text), path)
     except (ValueError, OSError) as exc:
-        _note(f"[yellow]executed path not drawn:[/] {escape(str(exc))}")
+        note(f"[yellow]executed path not drawn:[/] {escape(str(exc))}")
         return
     where = escape(str(drawn.written[0]))
     if drawn.images_skipped:
-        _note(f"Graphviz `dot` not found: wrote the DOT source to {where}; {GRAPHVIZ_HINT}")
+        note(f"Graphviz `dot` not found: wrote the DOT source to {where}; {GRAPHVIZ_HINT}")
     else:
-        _note(f"executed path drawn to {where}")
-
-
-def _note(markup: str) -> None:
-    """One line on stderr (markup from this module only; user text escaped by the caller)."""
-    errors.print(markup, highlight=False, soft_wrap=True)
+        note(f"executed path drawn to {where}")
 
 
 def _print_lookup(result: LookupResult, as_json: bool, indent: int | None = None) -> None:
     if as_json:
-        _print_json(result.model_dump(by_alias=True, mode="json"), indent)
+        print_json(result.model_dump(by_alias=True, mode="json"), indent)
     else:
         print_result(console, result)
 
@@ -238,7 +224,7 @@ def _record_unrun(settings: Config, text: str, session: str | None, result: Look
     try:
         recorder.record(invocation_row(text, session, result, latency_ms=0.0))
     except RecorderUnavailableError as exc:
-        errors.print(f"[yellow]not recorded:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        note(f"[yellow]not recorded:[/] {escape(str(exc))}")
     finally:
         recorder.close()
 
@@ -267,11 +253,11 @@ def verify_command(
     from lookup_knowledge.agent.verify import CITATION_PATTERN
 
     if not session:
-        _fail("--session is required: the session whose lookups the answer cites")
+        fail("--session is required: the session whose lookups the answer cites")
     try:
         answer = answer_file.read_text(encoding="utf-8") if answer_file else sys.stdin.read()
     except (OSError, UnicodeDecodeError) as exc:
-        _fail(f"cannot read the answer: {exc}")
+        fail(f"cannot read the answer: {exc}")
     settings = _config(config, overrides)
     recorder = build_recorder(settings)
     try:
@@ -281,11 +267,11 @@ def verify_command(
             answer, session, recorder, doc_ids, check_uncited=check_uncited, citation_pattern=pattern
         )
     except (RecorderUnavailableError, L0IndexError) as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
     finally:
         recorder.close()
     if as_json:
-        _print_json(verdict.model_dump(by_alias=True, mode="json"))
+        print_json(verdict.model_dump(by_alias=True, mode="json"))
     else:
         for citation in verdict.citations:
             colour = "green" if citation.status == "ok" else "red"
@@ -307,10 +293,9 @@ def info_command(
     """Print the configuration in force, the store's size, the model, backends and device."""
     facts = describe(_config(config, overrides))
     if as_json:
-        _print_json(facts)
+        print_json(facts)
         return
-    table = Table(title="lookup-knowledge", show_header=False)
-    for label, value in [
+    rows = [
         ("model", facts["embedder"]["model"]),
         ("device", facts["embedder"]["device"]),
         ("query backend", facts["embedder"]["backends"]["query"]),
@@ -319,9 +304,8 @@ def info_command(
         ("store", f"{facts['store']['backend']} at {facts['store']['location']}"),
         ("documents / chunks", f"{facts['store']['documents']} / {facts['store']['chunks']}"),
         ("store problem", facts["store"]["problem"] or "none"),
-    ]:
-        table.add_row(label, str(value))
-    console.print(table)
+    ]
+    console.print(facts_table("lookup-knowledge", rows))
     console.print("configuration in force:")
     console.print(yaml.safe_dump(facts["config"], sort_keys=False, allow_unicode=True), highlight=False)
 
@@ -334,15 +318,11 @@ def render_command(
     try:
         report = render_variants(out)
     except OSError as exc:
-        _fail(f"cannot write diagrams to {out}: {exc}", code=1)
+        fail(f"cannot write diagrams to {out}: {exc}", code=1)
     for path in report.written:
         console.print(f"wrote {escape(str(path))}", highlight=False)
     if report.images_skipped:
-        errors.print(
-            f"Graphviz `dot` not found: wrote DOT and Mermaid (.mmd) only; {GRAPHVIZ_HINT}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        note(f"Graphviz `dot` not found: wrote DOT and Mermaid (.mmd) only; {GRAPHVIZ_HINT}")
 
 
 invocations_app = typer.Typer(
@@ -371,11 +351,11 @@ def invocations_command(
     try:
         rows = recorder.list(session_id=None if session is None else session_key(session), last=last)
     except RecorderUnavailableError as exc:
-        _fail(str(exc), code=1)
+        fail(str(exc), code=1)
     finally:
         recorder.close()
     if as_json:
-        _print_json([row.to_json() for row in rows])
+        print_json([row.to_json() for row in rows])
         return
     table = Table(title=f"lookup_knowledge calls ({recorder.url})")
     table.add_column("id", no_wrap=True)
@@ -413,20 +393,19 @@ def invocation_show_command(
     try:
         row = recorder.get(invocation_id)
     except RecorderUnavailableError as exc:
-        _fail(str(exc), code=1)
+        fail(str(exc), code=1)
     finally:
         recorder.close()
     if row is None:
-        _fail(f"no recorded call with id {invocation_id} in {recorder.url}", code=1)
+        fail(f"no recorded call with id {invocation_id} in {recorder.url}", code=1)
     if as_json:
-        _print_json(row.to_json())
+        print_json(row.to_json())
     else:
         _print_invocation(row)
 
 
 def _print_invocation(row: Invocation) -> None:
-    table = Table(title=f"lookup_knowledge call {row.id}", show_header=False)
-    for label, value in [
+    rows = [
         ("created at", row.created_at.isoformat() if row.created_at else ""),
         ("session", row.session_id or ""),
         ("tool", row.tool_name),
@@ -436,22 +415,10 @@ def _print_invocation(row: Invocation) -> None:
         ("retrieval layer", row.retrieval_layer or ""),
         ("fallback reason", row.fallback_reason or "none"),
         ("latency ms", f"{row.latency_ms:.1f}"),
-    ]:
-        table.add_row(label, escape(str(value)))
-    console.print(table)
+    ]
+    console.print(facts_table(f"lookup_knowledge call {row.id}", rows))
     console.print("retrieval_details:")
     console.print(JSON.from_data(row.retrieval_details, ensure_ascii=False))
-
-
-def _print_json(data: object, indent: int | None = None) -> None:
-    """JSON on stdout, indented on a terminal unless ``indent`` says otherwise, else one line;
-    JSON's ``\\u`` escapes where stdout cannot encode all of Unicode (a non-UTF-8 locale,
-    ``PYTHONIOENCODING=ascii``), which JSON readers decode the same."""
-    if indent is None and sys.stdout.isatty():
-        indent = 2
-    utf = (sys.stdout.encoding or "").lower().replace("-", "").replace("_", "") in {"utf8", "utf8sig"}
-    sys.stdout.write(json.dumps(data, ensure_ascii=not utf, indent=indent or None))
-    sys.stdout.write("\n")
 
 
 @app.command("mcp")
@@ -460,14 +427,14 @@ def mcp_command(config: ConfigOption = None, overrides: SetOption = None) -> Non
     try:
         require("mcp", "lookup-knowledge mcp")
     except MissingExtraError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     from lookup_knowledge.agent.mcp_server import serve_stdio  # the MCP SDK loads only for this command
 
     settings = _config(config, overrides)
     try:
         serve_stdio(settings)
     except StoreError as exc:
-        _fail(str(exc), code=1)
+        fail(str(exc), code=1)
 
 
 def main() -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lookup_knowledge.adapters.search import StoreError
+from lookup_knowledge.cli.output import console, fail, note
 from lookup_knowledge.config import ConfigError, load_config, parse_override
 from lookup_knowledge.eval.data import (
     EvalDataError,
@@ -27,21 +27,11 @@ from lookup_knowledge.extras import MissingExtraError, require
 if TYPE_CHECKING:
     from lookup_knowledge.eval.evaluation import EvalRun
 
-console = Console()
-
 
 class CategoryPin(StrEnum):
     true = "true"
     wrong = "wrong"
     none = "none"
-
-
-errors = Console(stderr=True)
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def eval_command(
@@ -67,8 +57,8 @@ def eval_command(
         if dask:
             require("dask", "lookup-knowledge eval --dask")
     except MissingExtraError as exc:
-        _fail(str(exc))
-    from lookup_knowledge.agent.tool import KnowledgeTool
+        fail(str(exc))
+    from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
     from lookup_knowledge.eval.compare import (
         comparison_markdown,
         comparison_table,
@@ -92,7 +82,7 @@ def eval_command(
         variants += load_variants(variants_file) if variants_file else []
         swept = parse_sweep(sweep) if sweep else []
     except (ConfigError, EvalDataError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     judgments = relevance(queries, judgments)
     if not judgments:
         console.print("[yellow]no relevance judgments: metrics other than rates are empty[/]")
@@ -104,7 +94,7 @@ def eval_command(
     try:
         tool = KnowledgeTool.from_config(settings)
     except StoreError as exc:
-        _fail(str(exc), code=1)
+        fail(str(exc), code=1)
     with tool:
         run = _with_progress(tool, queries, judgments)
         headline = filter_headline(tool, queries, judgments, run)
@@ -119,7 +109,7 @@ def eval_command(
             configs = {v.name: variant_config(config, base_overrides, v) for v in variants + swept}
             warnings = ineffective_variants(runs, variants + swept, configs)
             for warning in warnings:
-                errors.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+                note(f"[yellow]warning:[/] {escape(warning)}")
             table = comparison_table(runs)
             out.mkdir(parents=True, exist_ok=True)
             table.to_csv(out / "comparison.csv", index=False)
@@ -185,7 +175,7 @@ def eval_queries_command(
     try:
         rows = beir_to_parquet(corpus_dir, out, qrels, categories.value)
     except (EvalDataError, json.JSONDecodeError, KeyError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     console.print(f"wrote {rows} judged queries to {out}")
 
 

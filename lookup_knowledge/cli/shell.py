@@ -13,20 +13,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from lookup_knowledge.adapters.search import StoreError
 from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
 from lookup_knowledge.cli.display import print_result
+from lookup_knowledge.cli.output import console, fail, note
 from lookup_knowledge.config import ConfigError, load_config
 from lookup_knowledge.contract import LookupResult
 
 HELP = "Type a question; :json toggles JSON output, :session shows the session id, :quit (or Ctrl-D) ends."
 PROMPT = "lookup> "
-
-console = Console()
-errors = Console(stderr=True)
 
 
 def shell_command(
@@ -43,12 +40,11 @@ def shell_command(
         settings = load_config(config, overrides or [])
         agent = AgentLookup.from_config(settings, record=not no_record)
     except (ConfigError, StoreError) as exc:
-        errors.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2 if isinstance(exc, ConfigError) else 1) from None
+        fail(str(exc), 2 if isinstance(exc, ConfigError) else 1)
     session = session or new_session_id("shell")
     with agent:
         cold_ms = agent.warm_up()
-        _note(
+        note(
             f"model loaded and store warmed in {cold_ms / 1000:.1f} s; lookups from here on are warm. {HELP}"
         )
         for line in _lines():
@@ -56,11 +52,11 @@ def shell_command(
                 break
             if line == ":json":
                 as_json = not as_json
-                _note(f"JSON output {'on' if as_json else 'off'}")
+                note(f"JSON output {'on' if as_json else 'off'}")
             elif line == ":session":
-                _note(f"session {escape(session)}")
+                note(f"session {escape(session)}")
             elif line.startswith(":"):
-                _note(f"unknown command {escape(line)}. {HELP}")
+                note(f"unknown command {escape(line)}. {HELP}")
             elif line:
                 started = time.perf_counter()
                 result = agent.call(line, session_id=session)
@@ -87,11 +83,7 @@ def _show(result: LookupResult, as_json: bool, took_ms: float) -> None:
         console.print_json(result.model_dump_json(by_alias=True), ensure_ascii=False)
     else:
         print_result(console, result)
-        _note(f"lookup {took_ms:.0f} ms (warm)")
-
-
-def _note(markup: str) -> None:
-    errors.print(markup, highlight=False, soft_wrap=True)
+        note(f"lookup {took_ms:.0f} ms (warm)")
 
 
 def register(app: typer.Typer) -> None:

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from lookup_knowledge.adapters.search import SearchRequest
-from lookup_knowledge.agent.tool import KnowledgeTool, LookupRequest, lookup_request, rejected_result
+from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
+from lookup_knowledge.agent.request import LookupRequest, lookup_request, rejected_result
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult, NodeTiming
 from lookup_knowledge.dataflows.retrieval import SearchAnswer

@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from lookup_knowledge.agent.tool import KnowledgeTool  # noqa: E402
+from lookup_knowledge.agent.knowledge_tool import KnowledgeTool  # noqa: E402
 from lookup_knowledge.config import Config, ConfigError, load_config  # noqa: E402
 from lookup_knowledge.eval.data import Qrels  # noqa: E402
 from lookup_knowledge.eval.evaluation import METRIC_NAMES, EvalRun, evaluate  # noqa: E402
@@ -103,12 +103,7 @@ def run_variants(
         if on_variant is not None:
             on_variant(variant.name)
         config = variant_config(config_path, base_overrides, variant)
-        tool = KnowledgeTool(
-            config,
-            search_port=base_tool.search_port,
-            embedder=base_tool.embedder,
-            l0_index=base_tool.l0_index,
-        )
+        tool = base_tool.variant(config)
         runs[variant.name] = evaluate(tool, queries, qrels)
         runs[variant.name].config_overrides = variant.overrides
     return runs

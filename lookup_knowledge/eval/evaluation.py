@@ -17,7 +17,7 @@ import pandas as pd
 from hamilton import driver
 from hamilton.execution import executors
 
-from lookup_knowledge.agent.tool import KnowledgeTool
+from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.config import Config
 from lookup_knowledge.eval import dataflow as evaluation_dataflow
 from lookup_knowledge.eval.batch import BATCH_SIZE, ToolProvider
@@ -51,12 +51,7 @@ def evaluate(
     on_progress: Callable[[int], None] | None = None,
 ) -> EvalRun:
     """Evaluate ``queries`` in this process on ``tool``'s store, embedder and L0 index."""
-    deep = KnowledgeTool(
-        eval_config(tool.config),
-        search_port=tool.search_port,
-        embedder=tool.embedder,
-        l0_index=tool.l0_index,
-    )
+    deep = tool.variant(eval_config(tool.config))
     return run_evaluation(
         ToolProvider(deep.config, deep), tool.config, queries, qrels, _local_driver(), on_progress=on_progress
     )
@@ -179,13 +174,10 @@ class FilterReferences:
 
 def filter_references(tool: KnowledgeTool, queries: pd.DataFrame, qrels: Qrels) -> FilterReferences:
     """Run the queries unpinned, and pinned to their true category with the fallback off."""
-    pure_tool = KnowledgeTool(
+    pure_tool = tool.variant(
         tool.config.model_copy(
             update={"retrieval": tool.config.retrieval.model_copy(update={"fallback": False})}
-        ),
-        search_port=tool.search_port,
-        embedder=tool.embedder,
-        l0_index=tool.l0_index,
+        )
     )
     return FilterReferences(
         unfiltered=_ndcg(tool, queries.assign(category=None), qrels),

@@ -28,7 +28,7 @@ import pytest
 from conftest import SMALL_CORPUS, make_config, write_corpus, write_markdown
 from mcp import Client, StdioServerParameters
 
-from lookup_knowledge.agent.lookup import TOOL_NAME
+from lookup_knowledge.agent.tool_definition import TOOL_NAME
 from lookup_knowledge.ingestion import ingest
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ from conftest import make_config
 
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.adapters.shared_store import handover_request
+from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.agent.lookup import AgentLookup, invocation_db_url
-from lookup_knowledge.agent.tool import KnowledgeTool
 
 THREADS, CALLS = 8, 50
 REQUEST_S = 1.5

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from lookup_knowledge.agent.lookup import AgentLookup
 from lookup_knowledge.cli import app as cli
+from lookup_knowledge.cli.output import print_json
 from lookup_knowledge.config import Config
 from lookup_knowledge.ingestion import ingest
 from lookup_knowledge.stores import l0_index_path
@@ -158,7 +159,7 @@ def test_a_bad_embedder_setting_is_one_line(override: str) -> None:
 def test_json_on_an_ascii_stdout_is_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
     stdout = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
     monkeypatch.setattr(sys, "stdout", stdout)
-    cli._print_json({"query": "如何申请增值税专用发票"})
+    print_json({"query": "如何申请增值税专用发票"})
     stdout.flush()
     assert json.loads(stdout.buffer.getvalue()) == {"query": "如何申请增值税专用发票"}
 

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from lookup_knowledge.adapters.recorder import InvocationRecorder
+from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.agent.lookup import AgentLookup, invocation_db_url
 from lookup_knowledge.agent.mcp_server import build_server
-from lookup_knowledge.agent.tool import KnowledgeTool
 
 STATUSES = {"evidence", "no_evidence", "retrieval_failed", "invalid_input"}
 API_EXAMPLES = 700

@@ -15,15 +15,10 @@ from conftest import make_config
 from mcp import Client
 
 from lookup_knowledge.adapters.recorder import InvocationRecorder
+from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.agent.lookup import AgentLookup, invocation_db_url
 from lookup_knowledge.agent.mcp_server import build_server
-from lookup_knowledge.agent.tool import (
-    MAX_SESSION_ID_CHARS,
-    KnowledgeTool,
-    LookupRequest,
-    lookup_request,
-    session_key,
-)
+from lookup_knowledge.agent.request import MAX_SESSION_ID_CHARS, LookupRequest, lookup_request, session_key
 from lookup_knowledge.config import ConfigError, load_config
 
 QUERY = "Who must approve a refund above 500 EUR?"

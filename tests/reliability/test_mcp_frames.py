@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from lookup_knowledge.agent.lookup import TOOL_NAME
 from lookup_knowledge.agent.mcp_server import read_frame
+from lookup_knowledge.agent.tool_definition import TOOL_NAME
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
 STARTUP_TIMEOUT_S = 180  # the server imports torch and loads the model on a busy 2-core machine

@@ -20,7 +20,8 @@ from lookup_knowledge import ingest
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.search import SearchRequest, StoreMissingError, StoreUnavailableError
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
-from lookup_knowledge.agent.lookup import TOOL_NAME, AgentLookup
+from lookup_knowledge.agent.lookup import AgentLookup
+from lookup_knowledge.agent.tool_definition import TOOL_NAME
 from lookup_knowledge.stores import open_store
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")

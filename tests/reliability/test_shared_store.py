@@ -19,7 +19,7 @@ from conftest import SMALL_CORPUS, make_config, write_corpus, write_markdown
 from mcp import Client, StdioServerParameters
 
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
-from lookup_knowledge.agent.lookup import TOOL_NAME
+from lookup_knowledge.agent.tool_definition import TOOL_NAME
 from lookup_knowledge.ingestion import ingest
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")

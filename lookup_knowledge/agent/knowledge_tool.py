@@ -1,4 +1,5 @@
-"""The public entry point: :class:`KnowledgeTool` runs the lookup dataflow for one query at a time.
+"""The public entry point: :class:`KnowledgeTool` runs the lookup dataflow for one query at a time
+(the request validated by :mod:`lookup_knowledge.agent.request`).
 
 >>> with KnowledgeTool.from_config(load_config()) as tool:  # doctest: +SKIP
 ...     result = tool.lookup("who approves refunds over 500 EUR?", session_id="s1")
@@ -8,27 +9,29 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 import threading
-import unicodedata
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
-from pydantic_core import PydanticCustomError
 from threadpoolctl import ThreadpoolController
 
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.redaction import mask_secrets
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, StoreError
+from lookup_knowledge.agent.request import (
+    failure_result,
+    lookup_request,
+    plain_string,
+    rejected_result,
+    session_key,
+)
 from lookup_knowledge.calibration import ProbeCalibration
 from lookup_knowledge.config import Config
-from lookup_knowledge.contract import EvidenceStatus, LookupResult
+from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.extras import require
 from lookup_knowledge.pipeline import (
     FINAL_NODE,
@@ -40,10 +43,6 @@ from lookup_knowledge.pipeline import (
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_search_port
 
 logger = logging.getLogger(__name__)
-_SURROGATE = re.compile("[\ud800-\udfff]")  # Unicode category Cs: what invalid UTF-8 decodes to
-_FIELD_NAMES = {"query": "the query", "session_id": "the session id", "pinned_category": "the category"}
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # category Cc except tab, LF, CR
-MAX_SESSION_ID_CHARS = 200  # a longer session id is kept (and recorded) as a prefix and its hash
 SESSION_MEMORY_BYTES = 32 * 2**20  # session memory's bound in bytes, beside recorder.session_memory
 _SESSION_ENTRY_BYTES = 400  # what one remembered session costs beyond its text (dict entry, objects)
 
@@ -65,6 +64,7 @@ class KnowledgeTool:
         l0_index: L0Index | None = None,
         adapters: Sequence[Any] = (),
         require_store: bool | None = None,
+        store_calibration: ProbeCalibration | None = None,
     ) -> None:
         self.config = config
         self.embedder = embedder or build_embedder(config)
@@ -76,7 +76,8 @@ class KnowledgeTool:
                 config, on_reopen=self._reload_l0_index, require_store=_store_required(config, require_store)
             )
         self.search_port = search_port
-        self.store_calibration = ProbeCalibration()  # the store's probe null, measured at first lookup
+        # the store's probe null, measured at first lookup (shared by the tool's variants)
+        self.store_calibration = store_calibration or ProbeCalibration()
         self.driver, self.executed_nodes = lookup_driver(config, *_tracing(config), *adapters)
         self._static_inputs = {
             "search_port": self.search_port,
@@ -106,6 +107,18 @@ class KnowledgeTool:
         error at start.
         """
         return cls(config, require_store=require_store)
+
+    def variant(self, config: Config) -> KnowledgeTool:
+        """A tool with another configuration over this tool's store, embedder and L0 index, and
+        its store calibration (a probe null is kept per search shape, so it is measured once for
+        both). This tool keeps the store: close it, not the variant."""
+        return KnowledgeTool(
+            config,
+            search_port=self.search_port,
+            embedder=self.embedder,
+            l0_index=self.l0_index,
+            store_calibration=self.store_calibration,
+        )
 
     def lookup(
         self,
@@ -225,17 +238,6 @@ def _session_cost(session_id: str, domains: list[str]) -> int:
     return _SESSION_ENTRY_BYTES + len(session_id) + sum(len(domain) for domain in domains)
 
 
-def session_key(session_id: str) -> str:
-    """A session id as it is kept and recorded: lone surrogates (undecodable bytes) escaped, and
-    one longer than :data:`MAX_SESSION_ID_CHARS` replaced by its first 64 characters and the
-    SHA-256 of the whole (``<prefix>...sha256:<hex>``, 139 characters): still one stable
-    session, at a bounded cost in memory and in the record."""
-    text = session_id.encode("utf-8", "backslashreplace").decode("utf-8")
-    if len(text) <= MAX_SESSION_ID_CHARS:
-        return text
-    return f"{text[:64]}...sha256:{hashlib.sha256(text.encode('utf-8')).hexdigest()}"
-
-
 def _store_required(config: Config, require_store: bool | None) -> bool:
     """Whether the store must open when the tool is built (see :meth:`KnowledgeTool.from_config`)."""
     if require_store is not None:
@@ -262,131 +264,3 @@ def _one_blas_thread() -> Any:
     """One BLAS thread around a lookup: numpy's BLAS threads fight torch's on few cores (the
     next query embedding slows down); the process-wide setting is restored afterwards."""
     return _blas_controller().limit(limits=1, user_api="blas")
-
-
-class LookupRequest(BaseModel):
-    """One lookup's input, validated alike at every entry point (API, MCP, CLI, evaluation).
-
-    A ``str`` subclass (``numpy.str_``) is read as its plain string; any other type is refused
-    without calling its methods. The query must hold visible text (not only whitespace or
-    format characters such as U+200B), valid UTF-8 (no lone surrogates) and no control
-    characters, within ``max_query_chars`` (validation context). A session id or pinned
-    category with lone surrogates (undecodable bytes) is kept with them escaped; a session id
-    over :data:`MAX_SESSION_ID_CHARS` is kept as its prefix and hash (:func:`session_key`).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    query: str
-    session_id: str | None = None
-    pinned_category: str | None = None
-
-    @field_validator("query", "session_id", "pinned_category", mode="before")
-    @classmethod
-    def _plain_string(cls, value: Any, info: ValidationInfo) -> Any:
-        if type(value) is str or (value is None and info.field_name != "query"):
-            return value
-        if isinstance(value, str):
-            return plain_string(value)
-        name = {"query": "the query", "session_id": "the session id"}.get(
-            str(info.field_name), "the category"
-        )
-        kind = type(value).__name__
-        raise PydanticCustomError(
-            "not_a_string", "{name} must be a string, not {kind}", {"name": name, "kind": kind}
-        )
-
-    @field_validator("query")
-    @classmethod
-    def _readable_query(cls, query: str, info: ValidationInfo) -> str:
-        max_chars = (info.context or {}).get("max_query_chars", len(query))
-        if not query.strip():
-            raise PydanticCustomError("empty", "the query is empty")
-        if len(query) > max_chars:
-            raise PydanticCustomError(
-                "too_long",
-                "the query has {n} characters; the limit is {limit} (retrieval.max_query_chars)",
-                {"n": len(query), "limit": max_chars},
-            )
-        if _SURROGATE.search(query):
-            raise PydanticCustomError("not_utf8", "the query is not valid UTF-8 text")
-        if _CONTROL.search(query):
-            raise PydanticCustomError("control", "the query contains control characters")
-        if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in query):
-            raise PydanticCustomError("invisible", "the query has only invisible (format) characters")
-        return query.strip()
-
-    @field_validator("session_id")
-    @classmethod
-    def _session_key(cls, value: str | None) -> str | None:
-        return None if value is None else session_key(value)
-
-    @field_validator("pinned_category")
-    @classmethod
-    def _encodable(cls, value: str | None) -> str | None:
-        return None if value is None else value.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def plain_string(value: Any) -> Any:
-    """A ``str`` subclass as its plain string (its own methods are never called); else ``value``."""
-    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
-
-
-def lookup_request(
-    query: Any, max_chars: int, session_id: Any = None, pinned_category: Any = None
-) -> LookupRequest | str:
-    """The validated request, or why it cannot be looked up."""
-    data = {"query": query, "session_id": session_id, "pinned_category": pinned_category}
-    try:
-        return LookupRequest.model_validate(data, context={"max_query_chars": max_chars})
-    except ValidationError as exc:
-        return exc.errors()[0]["msg"]
-
-
-def query_problem(query: Any, max_chars: int) -> str | None:
-    """Why a query cannot be looked up, or ``None`` when it is fine."""
-    request = lookup_request(query, max_chars)
-    return request if isinstance(request, str) else None
-
-
-def invalid_query_result(query: Any, max_chars: int, session_domains: list[str]) -> LookupResult | None:
-    """The ``invalid_input`` result for a query that cannot be looked up, else ``None``."""
-    problem = query_problem(query, max_chars)
-    return None if problem is None else rejected_result(query, problem, session_domains)
-
-
-def rejected_result(query: Any, problem: str, session_domains: list[str]) -> LookupResult:
-    """The ``invalid_input`` result saying why ``query`` was refused."""
-    return failure_result(_echo(query), "invalid_input", f"Invalid query: {problem}.", session_domains)
-
-
-def _echo(query: Any) -> str:
-    """The rejected query as it can be echoed in JSON: short, and encodable as UTF-8.
-
-    Only a string is echoed (another object's ``__str__`` may raise or lie); a lone surrogate
-    (e.g. from ``surrogateescape`` decoding) is echoed as its escape sequence rather than
-    making the whole result unserializable.
-    """
-    if not isinstance(query, str):
-        return f"<{type(query).__name__}>"
-    return str.__str__(query)[:200].encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def failure_result(
-    query: str, status: EvidenceStatus, message: str, session_domains: list[str]
-) -> LookupResult:
-    """A ``found=false`` result for a call that could not run the dataflow (credentials in
-    the message masked)."""
-    return LookupResult(
-        query=query,
-        found=False,
-        evidence_status=status,
-        evidence_blocks=[],
-        context_pack=None,
-        retrieval_trace=None,
-        rerank_trace=None,
-        relevance_level="none",
-        completeness_hint="none: no evidence was returned",
-        retrieved_domains_this_session=session_domains,
-        message=mask_secrets(message),
-    )
