@@ -199,15 +199,21 @@ class InvocationRecorder:
             row_id = connection.execute(insert(tool_invocation).values(**values)).inserted_primary_key[0]
         return int(row_id)
 
-    def session_domains(self, session_id: str) -> list[str]:
-        """Distinct evidence domains recorded for ``session_id`` so far, first seen first."""
-        domains = tool_invocation.c.retrieval_details["evidenceDomains"]
+    def session_domains(self, session_id: str, access: list[str] | None = None) -> list[str]:
+        """Distinct evidence domains recorded for ``session_id`` so far, first seen first, of its
+        calls made in one access scope (``retrieval_details.access``: the principals the call was
+        restricted to; ``None``, as on rows from before access control, unrestricted)."""
+        details = tool_invocation.c.retrieval_details
         query = (
-            select(domains).where(tool_invocation.c.session_id == session_id).order_by(tool_invocation.c.id)
+            select(details["evidenceDomains"], details["access"])
+            .where(tool_invocation.c.session_id == session_id)
+            .order_by(tool_invocation.c.id)
         )
         with self._connect() as connection:
-            rows = connection.execute(query).scalars().all()
-        return list(dict.fromkeys(domain for row in rows for domain in row or []))
+            rows = connection.execute(query).all()
+        return list(
+            dict.fromkeys(domain for row, scope in rows if _same_scope(scope, access) for domain in row or [])
+        )
 
     def list(self, session_id: str | None = None, last: int = 20) -> list[Invocation]:
         """The newest ``last`` rows (of one session, when given), oldest first."""
@@ -343,6 +349,11 @@ def _create_or_migrate(engine: Engine) -> None:
 
 def _mark_version(connection: Connection, version: int) -> None:
     connection.execute(insert(schema_version_table).values(version=version, applied_at=datetime.now(UTC)))
+
+
+def _same_scope(recorded: Any, access: list[str] | None) -> bool:
+    """Whether a row's recorded access scope (JSON: a list, or null/absent) is ``access``."""
+    return (list(recorded) if isinstance(recorded, list) else None) == access
 
 
 def _storable(value: Any) -> Any:

@@ -82,8 +82,10 @@ class ProbeCalibration:
         self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
     ) -> ProbeNull:
         """The null of the probes in the request's script, for searches shaped like it (mode,
-        fusion, width); a failed measurement raises and is tried again at the next lookup."""
+        fusion, width, and the caller's access: the probes search only what it may see); a failed
+        measurement raises and is tried again at the next lookup."""
         shape = (id(search_port), request.mode, request.fusion, request.prefetch_k, request.top_k)
+        shape += (request.access,)
         script = script_of(request.query_text)
         with self._lock:
             known, generation = self._nulls.get(shape), self._generation

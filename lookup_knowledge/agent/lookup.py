@@ -29,7 +29,7 @@ from lookup_knowledge.adapters.recorder import (
     RecorderUnavailableError,
 )
 from lookup_knowledge.adapters.search import first_line
-from lookup_knowledge.agent.tool import KnowledgeTool, plain_string, session_key
+from lookup_knowledge.agent.tool import KnowledgeTool, plain_string, session_key, valid_principals
 from lookup_knowledge.agent.verify import (
     CITATION_PATTERN,
     VERIFY_TOOL_NAME,
@@ -170,17 +170,24 @@ class AgentLookup:
         recorder = build_recorder(config) if record else None
         return cls(KnowledgeTool.from_config(config, require_store=require_store), recorder)
 
-    def call(self, query: Any, session_id: str | None = None) -> LookupResult:
-        """Look up ``query`` in ``session_id`` (``None``: a session of its own) and record the call."""
+    def call(self, query: Any, session_id: str | None = None, *, principals: Any = None) -> LookupResult:
+        """Look up ``query`` in ``session_id`` (``None``: a session of its own) and record the call.
+
+        ``principals``: the caller's groups or users (see :meth:`KnowledgeTool.lookup`; ``None``:
+        ``access.principals``). A session's domains are shared only among calls of one access scope.
+        """
         query, session_id = plain_string(query), plain_string(session_id)
-        if session_id is not None and not isinstance(session_id, str):
-            result = self.tool.lookup(query, session_id, prior_session_domains=[])  # invalid_input
-            return self._recorded(query, None, result, 0.0)
+        scope = self.tool.access_scope(valid_principals(principals))
+        if scope is False or (session_id is not None and not isinstance(session_id, str)):
+            result = self.tool.lookup(query, session_id, prior_session_domains=[], principals=principals)
+            return self._recorded(query, None, result, 0.0)  # invalid_input
         if session_id is not None:  # surrogates escaped, a long id hashed, as the record keeps it
             session_id = session_key(session_id)
-        prior_domains = self._recorded_session_domains(session_id)
+        prior_domains = self._recorded_session_domains(session_id, scope)
         started = time.perf_counter()
-        result = self.tool.lookup(query, session_id, prior_session_domains=prior_domains)
+        result = self.tool.lookup(
+            query, session_id, prior_session_domains=prior_domains, principals=principals
+        )
         latency_ms = (time.perf_counter() - started) * 1000
         return self._recorded(query, session_id, self._with_cold_start(result), latency_ms)
 
@@ -210,8 +217,11 @@ class AgentLookup:
             status = InvocationRecordStatus(written=False, error=str(exc) or type(exc).__name__)
         return with_record_status(result, status)
 
-    def lookup_function(self, session_id: str | None = None) -> Callable[[str], dict[str, Any]]:
-        """A plain ``lookup_knowledge(query: str) -> dict`` (the contract JSON) bound to one session.
+    def lookup_function(
+        self, session_id: str | None = None, *, principals: Any = None
+    ) -> Callable[[str], dict[str, Any]]:
+        """A plain ``lookup_knowledge(query: str) -> dict`` (the contract JSON) bound to one session
+        and one caller's ``principals`` (``None``: ``access.principals``).
 
         Without ``session_id`` the function gets a fresh session of its own. For agent
         frameworks that take Python functions as tools: its name, docstring and annotations
@@ -220,7 +230,7 @@ class AgentLookup:
         session = session_id or new_session_id()
 
         def lookup_knowledge(query: str) -> dict[str, Any]:
-            return self.call(query, session).model_dump(by_alias=True, mode="json")
+            return self.call(query, session, principals=principals).model_dump(by_alias=True, mode="json")
 
         lookup_knowledge.__qualname__ = TOOL_NAME
         lookup_knowledge.__doc__ = f"{TOOL_DESCRIPTION}\n\nArgs:\n    query: {QUERY_DESCRIPTION}\n"
@@ -248,14 +258,15 @@ class AgentLookup:
             citation_pattern=citation_pattern,
         )
 
-    def _recorded_session_domains(self, session_id: str | None) -> list[str] | None:
-        """The session's domains from the record; ``None`` (use the tool's memory) without one."""
+    def _recorded_session_domains(self, session_id: str | None, scope: Any = None) -> list[str] | None:
+        """The session's domains from the record, of its calls in ``scope``; ``None`` (use the
+        tool's memory) without one."""
         if session_id is None:
             return []
         if self.recorder is None:
             return None
         try:
-            return self.recorder.session_domains(session_id)
+            return self.recorder.session_domains(session_id, access=_scope_list(scope))
         except Exception as exc:  # an unreadable record must not fail the lookup either
             unexpected = not isinstance(exc, RecorderUnavailableError)
             logger.warning("session domains from memory, no record: %s", exc, exc_info=unexpected)
@@ -272,6 +283,11 @@ class AgentLookup:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _scope_list(scope: Any) -> list[str] | None:
+    """An access scope as the record keeps it: a list of principals, ``None`` for unrestricted."""
+    return None if scope is None or scope is False else list(scope)
 
 
 def invocation_row(query: Any, session_id: str | None, result: LookupResult, latency_ms: float) -> Invocation:
@@ -337,6 +353,7 @@ def retrieval_details(result: LookupResult) -> dict[str, Any]:
         "message": result.message,
         "executedNodes": dump(trace, include={"executed_nodes"})["executedNodes"] if trace else [],
         "coldStartMs": trace.cold_start_ms if trace else None,
+        "access": trace.access_filter if trace else None,
     }
 
 
