@@ -224,8 +224,9 @@ class InvocationRecorder:
             rows = connection.execute(query).all()
         return [_invocation(row) for row in reversed(rows)]
 
-    def session_evidence(self, session_id: str) -> list[Invocation]:
-        """The session's ``lookup_knowledge`` rows that returned evidence, oldest first."""
+    def session_evidence(self, session_id: str, access: list[str] | None | bool = False) -> list[Invocation]:
+        """The session's ``lookup_knowledge`` rows that returned evidence, oldest first (with
+        ``access`` not ``False``: only those of calls made in that access scope)."""
         query = (
             select(tool_invocation)
             .where(tool_invocation.c.session_id == session_id)
@@ -234,20 +235,29 @@ class InvocationRecorder:
             .order_by(tool_invocation.c.id)
         )
         with self._connect() as connection:
-            return [_invocation(row) for row in connection.execute(query).all()]
+            rows = [_invocation(row) for row in connection.execute(query).all()]
+        if access is False:
+            return rows
+        return [row for row in rows if _same_scope(row.retrieval_details.get("access"), access)]
 
-    def returned_anywhere(self, keys: Iterable[str]) -> set[str]:
-        """Those of ``keys`` some recorded call (of any session) returned."""
+    def returned_anywhere(self, keys: Iterable[str], access: list[str] | None | bool = False) -> set[str]:
+        """Those of ``keys`` some recorded call (of any session) returned (with ``access`` not
+        ``False``: some call made in that access scope)."""
         wanted = set(keys)
         if not wanted:
             return set()
-        query = select(tool_invocation.c.returned_evidence).where(
-            tool_invocation.c.returned_evidence.is_not(None)
-        )
+        returned, scope = tool_invocation.c.returned_evidence, tool_invocation.c.retrieval_details["access"]
+        query = select(returned, scope).where(returned.is_not(None))
         # a per-key JSON containment query differs per backend; rows are scanned, keys matched here
         with self._connect() as connection:
-            rows = connection.execute(query).scalars()
-            return {entry["key"] for row in rows for entry in row or [] if entry.get("key") in wanted}
+            rows = connection.execute(query).all()
+            return {
+                entry["key"]
+                for row, recorded in rows
+                if access is False or _same_scope(recorded, access)
+                for entry in row or []
+                if entry.get("key") in wanted
+            }
 
     def get(self, invocation_id: int) -> Invocation | None:
         """One row by id, or ``None``."""

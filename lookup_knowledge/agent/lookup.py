@@ -28,7 +28,7 @@ from lookup_knowledge.adapters.recorder import (
     InvocationRecorder,
     RecorderUnavailableError,
 )
-from lookup_knowledge.adapters.search import first_line
+from lookup_knowledge.adapters.search import first_line, may_see
 from lookup_knowledge.agent.tool import KnowledgeTool, plain_string, session_key, valid_principals
 from lookup_knowledge.agent.verify import (
     CITATION_PATTERN,
@@ -243,19 +243,28 @@ class AgentLookup:
         *,
         check_uncited: bool = False,
         citation_pattern: str = CITATION_PATTERN,
+        principals: Any = None,
     ) -> AnswerVerdict:
         """Check ``answer`` against what this session's recorded lookups returned and record the
-        verdict (:func:`verify_in_session`). Raises :class:`RecorderUnavailableError` when there is
-        no record to read."""
+        verdict (:func:`verify_in_session`). A restricted caller (``principals``, else
+        ``access.principals``) is checked against the lookups made in its access scope, and a key
+        of a document it may not see is ``unknown_key``, as if the document did not exist. Raises
+        :class:`RecorderUnavailableError` when there is no record to read."""
         if self.recorder is None:
             raise RecorderUnavailableError("verify_answer needs the invocation record (recording is off)")
+        scope = self.tool.access_scope(valid_principals(principals))
+        documents = self.tool.l0_index.documents
+        visible = (
+            documents if scope is None else {d for d, doc in documents.items() if may_see(doc.access, scope)}
+        )
         return verify_in_session(
             answer,
             session_id,
             self.recorder,
-            self.tool.l0_index.documents,
+            visible if scope is not False else (),
             check_uncited=check_uncited,
             citation_pattern=citation_pattern,
+            access=_scope_list(scope) if scope is not False else [],
         )
 
     def _recorded_session_domains(self, session_id: str | None, scope: Any = None) -> list[str] | None:
@@ -365,20 +374,23 @@ def verify_in_session(
     *,
     check_uncited: bool = False,
     citation_pattern: str = CITATION_PATTERN,
+    access: list[str] | None | bool = False,
 ) -> AnswerVerdict:
-    """``verify_answer`` against the blocks the record says ``session_id``'s lookups returned; a
+    """``verify_answer`` against the blocks the record says ``session_id``'s lookups returned
+    (with ``access`` not ``False``: its lookups in that access scope, and keys returned anywhere
+    in that scope); a
     key not returned is ``not_returned`` when another session got it or ``doc_ids`` (the L0 index)
     holds its document, else ``unknown_key``. The verdict is recorded as a ``verify_answer`` row of
     the session (``invocationRecord`` says whether that worked). Raises
     :class:`RecorderUnavailableError` when the record cannot be read."""
     session_id = session_key(session_id)
     started = time.perf_counter()
-    rows = recorder.session_evidence(session_id)
+    rows = recorder.session_evidence(session_id, access)
     returned = [ReturnedBlock.from_record(e, row.id) for row in rows for e in row.returned_evidence or []]
 
     def known_keys(keys: set[str]) -> set[str]:
         in_base = {key for key in keys if key.rsplit("#chunk-", 1)[0] in doc_ids}
-        return in_base | recorder.returned_anywhere(keys - in_base)
+        return in_base | recorder.returned_anywhere(keys - in_base, access)
 
     verdict = verify_answer(
         answer,
