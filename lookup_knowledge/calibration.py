@@ -75,6 +75,7 @@ class ProbeCalibration:
     def __init__(self, probes: tuple[str, ...] = PROBE_QUERIES) -> None:
         self.probes = probes
         self._nulls: dict[tuple, dict[Script, ProbeNull]] = {}
+        self._vectors: dict[int, np.ndarray] = {}  # the probes' embeddings, per embedder: not the store's
         self._generation = 0  # resets so far: a null measured across one is not kept
         self._lock = threading.Lock()
 
@@ -103,7 +104,9 @@ class ProbeCalibration:
     def _measure(
         self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
     ) -> dict[Script, ProbeNull]:
-        vectors = embedder.embed_queries(list(self.probes))
+        vectors = self._vectors.get(id(embedder))
+        if vectors is None:  # embedded once: a new search shape or access scope costs one search
+            vectors = self._vectors.setdefault(id(embedder), embedder.embed_queries(list(self.probes)))
         sparse = request.mode != "dense"
         requests = [
             replace(

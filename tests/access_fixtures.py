@@ -12,8 +12,8 @@ the serialized result, its trace or its recorded row:
   verdict and session domains included (dense mode: BM25's IDF is computed by the engine over
   the whole collection, so sparse and fused scores differ between the two stores by design).
 
-Used by ``tests/test_access.py`` (a few hypothesis examples) and ``benchmarks/access_leaks.py``
-(at least 10,000 lookups).
+:func:`check_lookups` runs both checks; ``tests/test_access.py`` runs a few hypothesis examples
+of it, ``benchmarks/access_leaks.py`` at least 10,000 lookups.
 """
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from lookup_knowledge import AgentLookup, KnowledgeTool, ingest, load_config
+from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.recorder import InvocationRecorder
+from lookup_knowledge.agent.lookup import invocation_db_url
+from lookup_knowledge.config import Config
 
 GROUPS = ("hr", "finance", "secops", "eng")
 TOPICS = ("refund", "payroll", "incident", "vacation", "expense", "deploy", "rotation", "onboarding")
@@ -164,3 +172,124 @@ def differences(left: Any, right: Any, path: str = "") -> list[str]:
     if isinstance(left, float) and isinstance(right, float) and math.isclose(left, right, abs_tol=1e-5):
         return []
     return [] if left == right else [f"{path}: {left!r} != {right!r}"]
+
+
+class MemoEmbedder(Embedder):
+    """An embedder that embeds each text once: the full store and each caller's store of the same
+    documents then hold the very same vectors (a batch of other texts shifts the 7th decimal),
+    and a document is embedded once however many stores hold it."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.model_name = getattr(inner, "model_name", type(inner).__name__)
+        self._documents: dict[str, np.ndarray] = {}
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._documents))
+        if missing:
+            self._documents.update(zip(missing, self.inner.embed_documents(missing), strict=True))
+        return np.stack([self._documents[t] for t in texts]) if texts else self.inner.embed_documents([])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed_queries(texts)
+
+
+def _config(store: Path, settings: dict[str, Any]) -> Config:
+    return load_config(overrides={"store.path": str(store), **settings})
+
+
+def _dump(result: Any) -> Any:
+    return result.model_dump(by_alias=True, mode="json")
+
+
+def check_lookups(
+    tmp: Path,
+    seed: int,
+    lookups: int,
+    mode: str,
+    embedder: Embedder,
+    principal_sets: int | None = None,
+    unfiltered_every: int = 1,
+) -> dict[str, Any]:
+    """Random access over a generated corpus (seeded), then ``lookups`` random (principals, query)
+    pairs through recorded calls that all share one session id. Each is checked for markers of
+    invisible documents in its result and recorded row, and against an unrestricted lookup on a
+    store holding only the documents that caller may see: the whole result (dense mode), the L0
+    hints and the category filter (hybrid, whose BM25 scores read collection-wide IDF). Use the
+    real model (each text embedded once, :class:`MemoEmbedder`): bag-of-words vectors tie, and
+    the engine orders equal scores by where the points lie.
+
+    ``principal_sets``: how many distinct callers to draw (each needs a store of its own; None:
+    any of the 16). Every ``unfiltered_every``-th lookup also runs unrestricted, to count how
+    often the same lookup without the filter would have leaked (the check's teeth). Returns the
+    figures and the first failures."""
+    rng = random.Random(seed)
+    embedder = MemoEmbedder(embedder)
+    docs = random_corpus(rng)
+    default = rng.choice(["public", "deny"])
+    settings = {
+        "ingest.chunk_chars": 200,
+        "context.budget_chars": rng.choice([300, 6000]),
+        "retrieval.mode": mode,
+        "access.default": default,
+    }
+    full = _config(tmp / f"full-{seed}", settings)
+    ingest(write_corpus(tmp / f"corpus-{seed}.jsonl", docs), full, embedder=embedder)
+    figures: dict[str, Any] = {
+        "lookups": 0, "leaks": 0, "count_leaks": 0, "found": 0, "compared": 0, "unfiltered_checked": 0,
+        "unfiltered_would_leak": 0,
+        "failures": [],
+    }  # fmt: skip
+    alone: dict[tuple[str, ...], AgentLookup] = {}
+    session = "one-session-for-all"
+    try:
+        recorder = InvocationRecorder(invocation_db_url(full))
+        with AgentLookup(KnowledgeTool(full, embedder=embedder), recorder) as agent:
+            callers = [random_principals(rng) for _ in range(principal_sets or 0)]
+            for number in range(lookups):
+                principals = list(rng.choice(callers)) if callers else random_principals(rng)
+                query = random_query(rng, docs)
+                result = agent.call(query, session, principals=principals)
+                trace = result.retrieval_trace
+                row = recorder.get(trace.invocation_record.id) if trace and trace.invocation_record else None
+                serialized = json.dumps([_dump(result), row.to_json() if row else None], default=str)
+                invisible = [doc for doc in docs if not may_see(doc, principals, default)]
+                leaks = leaked_markers(serialized, invisible)
+                figures["lookups"] += 1
+                figures["found"] += result.found
+                figures["leaks"] += bool(leaks) or row is None
+                if number % unfiltered_every == 0:  # the same lookup without the filter
+                    unfiltered = json.dumps(_dump(agent.tool.lookup(query)))
+                    figures["unfiltered_checked"] += 1
+                    figures["unfiltered_would_leak"] += bool(leaked_markers(unfiltered, invisible))
+                key = tuple(sorted(principals))
+                if key not in alone:
+                    visible = [doc for doc in docs if may_see(doc, principals, default)]
+                    path = tmp / f"alone-{seed}-{'-'.join(key) or 'none'}"
+                    config = _config(path, settings)
+                    ingest(write_corpus(path / "corpus.jsonl", visible), config, embedder=embedder)
+                    own = InvocationRecorder(invocation_db_url(config))
+                    alone[key] = AgentLookup(KnowledgeTool(config, embedder=embedder), own)
+                expected = _dump(alone[key].call(query, session))
+                got = comparable(_dump(result))
+                if mode != "dense":  # sparse scores read IDF over the whole collection: hints only
+                    parts = ("l0Hints", "categoryFilter")
+                    got = {part: got["retrievalTrace"][part] for part in parts}
+                    expected = {part: expected["retrievalTrace"][part] for part in parts}
+                differ = differences(got, comparable(expected))
+                figures["compared"] += 1
+                figures["count_leaks"] += bool(differ)
+                if (leaks or differ or row is None) and len(figures["failures"]) < 5:
+                    figures["failures"].append({"query": query, "principals": principals, "leaks": leaks,
+                                                "differences": differ[:5]})  # fmt: skip
+    finally:
+        for other in alone.values():
+            other.close()
+    return figures

@@ -8,7 +8,6 @@ store's, the model adds nothing) except the stdio MCP round trip, which runs the
 from __future__ import annotations
 
 import json
-import random
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -20,13 +19,10 @@ import pytest
 import qdrant_edge as qe
 from access_fixtures import (
     Doc,
+    check_lookups,
     comparable,
-    differences,
     leaked_markers,
     may_see,
-    random_corpus,
-    random_principals,
-    random_query,
     write_corpus,
 )
 from conftest import SMALL_CORPUS, make_config, write_markdown
@@ -399,79 +395,8 @@ def test_cli_query_takes_principals(hr_kb: Path) -> None:
 # --- the property: random access, principals and queries; no leak ------------------------------
 
 
-def check_lookups(
-    tmp: Path,
-    seed: int,
-    lookups: int,
-    mode: str = "dense",
-    embedder: Embedder = EMBEDDER,
-    principal_sets: int | None = None,
-) -> dict[str, int]:
-    """Random access over a generated corpus, then ``lookups`` random (principals, query) pairs
-    through recorded calls sharing one session id; each checked for markers of invisible
-    documents in the result and its row, and (dense) against an unrestricted lookup on a store
-    holding only the documents that caller may see (the real model for that: bag-of-words vectors
-    tie, and the engine orders equal scores by where the points lie). ``principal_sets``: how
-    many distinct callers to draw (each needs a store of its own to compare with; None: any of
-    the 16). Returns what was checked."""
-    rng = random.Random(seed)
-    docs = random_corpus(rng)
-    default = rng.choice(["public", "deny"])
-    overrides = {
-        "ingest__chunk_chars": 200,
-        "context__budget_chars": rng.choice([300, 6000]),
-        "retrieval__mode": mode,
-        "access__default": default,
-    }
-    full = make_config(tmp / f"full-{seed}", **overrides)
-    ingest(write_corpus(tmp / f"corpus-{seed}.jsonl", docs), full, embedder=embedder)
-    figures = {"lookups": 0, "leaks": 0, "found": 0, "compared": 0, "unfiltered_would_leak": 0}
-    alone: dict[tuple[str, ...], AgentLookup] = {}
-    try:
-        with AgentLookup(
-            KnowledgeTool(full, embedder=embedder), InvocationRecorder(invocation_db_url(full))
-        ) as agent:
-            callers = [random_principals(rng) for _ in range(principal_sets or 0)]
-            for _ in range(lookups):
-                principals = list(rng.choice(callers)) if callers else random_principals(rng)
-                query = random_query(rng, docs)
-                result = agent.call(query, "one-session-for-all", principals=principals)
-                assert agent.recorder is not None and result.retrieval_trace is not None
-                row = agent.recorder.get(result.retrieval_trace.invocation_record.id)
-                serialized = _json(result) + json.dumps(row.to_json(), default=str)
-                invisible = [doc for doc in docs if not may_see(doc, principals, default)]
-                leaks = leaked_markers(serialized, invisible)
-                figures["lookups"] += 1
-                figures["found"] += result.found
-                figures["leaks"] += bool(leaks)
-                assert leaks == [], (query, principals, leaks)
-                unfiltered = agent.tool.lookup(query)  # what the caller would see without the filter
-                figures["unfiltered_would_leak"] += bool(leaked_markers(_json(unfiltered), invisible))
-                if mode != "dense":
-                    continue
-                key = tuple(sorted(principals))
-                if key not in alone:
-                    visible = [doc for doc in docs if may_see(doc, principals, default)]
-                    path = tmp / f"alone-{seed}-{'-'.join(key) or 'none'}"
-                    config = make_config(path, **overrides)
-                    ingest(write_corpus(path / "corpus.jsonl", visible), config, embedder=embedder)
-                    recorder = InvocationRecorder(invocation_db_url(config))
-                    alone[key] = AgentLookup(KnowledgeTool(config, embedder=embedder), recorder)
-                expected = alone[key].call(query, "one-session-for-all")
-                differ = differences(
-                    comparable(result.model_dump(by_alias=True, mode="json")),
-                    comparable(expected.model_dump(by_alias=True, mode="json")),
-                )
-                assert differ == [], (query, principals, differ[:5])
-                figures["compared"] += 1
-    finally:
-        for other in alone.values():
-            other.close()
-    return figures
-
-
 @settings(
-    max_examples=3,  # benchmarks/access_leaks.py runs 10,000 lookups
+    max_examples=2,  # benchmarks/access_leaks.py runs 10,000 lookups
     deadline=None,
     phases=[Phase.explicit, Phase.generate],  # a seed shrinks to nothing simpler: no shrinking
     suppress_health_check=[HealthCheck.function_scoped_fixture],
@@ -481,9 +406,9 @@ def test_no_lookup_leaks_an_invisible_document(
     tmp_path_factory: pytest.TempPathFactory, embedder: Embedder, seed: int, mode: str
 ) -> None:
     tmp = tmp_path_factory.mktemp("leaks")
-    figures = check_lookups(tmp, seed, lookups=10, mode=mode, embedder=embedder, principal_sets=3)
-    assert figures["leaks"] == 0 and figures["lookups"] == 10
-    assert figures["compared"] == (10 if mode == "dense" else 0)
+    figures = check_lookups(tmp, seed, lookups=10, mode=mode, embedder=embedder, principal_sets=2)
+    assert figures["failures"] == []
+    assert (figures["lookups"], figures["leaks"], figures["compared"]) == (10, 0, 10)
 
 
 def test_the_leak_check_finds_a_leak() -> None:
