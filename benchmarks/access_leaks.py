@@ -14,8 +14,9 @@ hints and category filter in hybrid mode (BM25 scores read IDF over the whole co
 ``unfiltered_would_leak`` counts how often the same lookup without the filter shows an invisible
 document's marker: what the check would catch.
 
-The real model (all-MiniLM-L6-v2) embeds everything: bag-of-words test vectors tie, and the
-engine orders equal scores by where points lie, which would make the two stores differ.
+The real model (all-MiniLM-L6-v2, the default backends) embeds everything, each text once:
+bag-of-words test vectors tie, and the engine orders equal scores by where points lie, which
+would make the two stores differ.
 
     python benchmarks/access_leaks.py [--lookups 10000] [--corpora 8] [--out FILE.json]
 """
@@ -34,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fi
 
 from access_fixtures import check_lookups  # noqa: E402
 
-from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder  # noqa: E402
+from lookup_knowledge import load_config  # noqa: E402
+from lookup_knowledge.stores import build_embedder  # noqa: E402
 
 
 def main() -> int:
@@ -44,11 +46,14 @@ def main() -> int:
         "--corpora", type=int, default=8, help="random knowledge bases (half dense, half hybrid)"
     )
     parser.add_argument(
-        "--unfiltered-every", type=int, default=4, help="also run every n-th lookup unfiltered"
+        "--unfiltered-every", type=int, default=10, help="also run every n-th lookup unfiltered"
+    )
+    parser.add_argument(
+        "--compare-every", type=int, default=2, help="compare every n-th session with the callers' own stores"
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/access_leaks.json"))
     args = parser.parse_args()
-    embedder = SentenceTransformerEmbedder()
+    embedder = build_embedder(load_config())  # the default model and backends (auto)
     per_corpus = -(-args.lookups // args.corpora)
     totals: dict[str, int] = {}
     failures: list[dict] = []
@@ -65,6 +70,7 @@ def main() -> int:
                 mode,
                 embedder,
                 unfiltered_every=args.unfiltered_every,
+                compare_every=args.compare_every,
             )
             failures += figures.pop("failures")
             runs.append(

@@ -22,7 +22,10 @@ def _returning_at_once(name: str, parameters: list[str]) -> Callable[..., object
 
     node_function.__name__ = node_function.__qualname__ = name
     node_function.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, annotation=object) for p in parameters],
+        [  # optional, as the real nodes' defaulted inputs are (source_staleness, access_scope)
+            inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=object)
+            for p in parameters
+        ],
         return_annotation=object,
     )
     node_function.__annotations__ = {**dict.fromkeys(parameters, object), "return": object}

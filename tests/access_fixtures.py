@@ -177,12 +177,14 @@ def differences(left: Any, right: Any, path: str = "") -> list[str]:
 class MemoEmbedder(Embedder):
     """An embedder that embeds each text once: the full store and each caller's store of the same
     documents then hold the very same vectors (a batch of other texts shifts the 7th decimal),
-    and a document is embedded once however many stores hold it."""
+    a document is embedded once however many stores hold it, and a question once however many
+    stores it is asked of."""
 
     def __init__(self, inner: Embedder) -> None:
         self.inner = inner
         self.model_name = getattr(inner, "model_name", type(inner).__name__)
         self._documents: dict[str, np.ndarray] = {}
+        self._queries: dict[str, np.ndarray] = {}
 
     @property
     def dimension(self) -> int:
@@ -195,10 +197,15 @@ class MemoEmbedder(Embedder):
         return np.stack([self._documents[t] for t in texts]) if texts else self.inner.embed_documents([])
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.inner.embed_query(text)
+        if text not in self._queries:  # one question asked of several stores: one vector
+            self._queries[text] = self.inner.embed_query(text)
+        return self._queries[text]
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self.inner.embed_queries(texts)
+
+
+SESSION_LOOKUPS = 8  # lookups per shared session id (the record is read per call: long ones cost)
 
 
 def _config(store: Path, settings: dict[str, Any]) -> Config:
@@ -217,6 +224,7 @@ def check_lookups(
     embedder: Embedder,
     principal_sets: int | None = None,
     unfiltered_every: int = 1,
+    compare_every: int = 1,
 ) -> dict[str, Any]:
     """Random access over a generated corpus (seeded), then ``lookups`` random (principals, query)
     pairs through recorded calls that all share one session id. Each is checked for markers of
@@ -228,7 +236,9 @@ def check_lookups(
 
     ``principal_sets``: how many distinct callers to draw (each needs a store of its own; None:
     any of the 16). Every ``unfiltered_every``-th lookup also runs unrestricted, to count how
-    often the same lookup without the filter would have leaked (the check's teeth). Returns the
+    often the same lookup without the filter would have leaked (the check's teeth). Sessions hold
+    :data:`SESSION_LOOKUPS` lookups each, of any callers; every ``compare_every``-th session is
+    compared with the callers' own stores (the others are checked for markers only). Returns the
     figures and the first failures."""
     rng = random.Random(seed)
     embedder = MemoEmbedder(embedder)
@@ -248,7 +258,6 @@ def check_lookups(
         "failures": [],
     }  # fmt: skip
     alone: dict[tuple[str, ...], AgentLookup] = {}
-    session = "one-session-for-all"
     try:
         recorder = InvocationRecorder(invocation_db_url(full))
         with AgentLookup(KnowledgeTool(full, embedder=embedder), recorder) as agent:
@@ -256,6 +265,8 @@ def check_lookups(
             for number in range(lookups):
                 principals = list(rng.choice(callers)) if callers else random_principals(rng)
                 query = random_query(rng, docs)
+                group = number // SESSION_LOOKUPS
+                session = f"shared-session-{group}"  # every caller of the group shares it
                 result = agent.call(query, session, principals=principals)
                 trace = result.retrieval_trace
                 row = recorder.get(trace.invocation_record.id) if trace and trace.invocation_record else None
@@ -269,6 +280,8 @@ def check_lookups(
                     unfiltered = json.dumps(_dump(agent.tool.lookup(query)))
                     figures["unfiltered_checked"] += 1
                     figures["unfiltered_would_leak"] += bool(leaked_markers(unfiltered, invisible))
+                if group % compare_every:
+                    continue
                 key = tuple(sorted(principals))
                 if key not in alone:
                     visible = [doc for doc in docs if may_see(doc, principals, default)]
