@@ -245,6 +245,30 @@ def test_a_jsonl_access_change_is_re_ingested_without_re_embedding(tmp_path: Pat
         assert "d00x" not in _json(tool.lookup("refund payroll policy hook00", principals=["hr"]))
 
 
+def test_a_store_from_before_access_control_is_closed_to_restricted_callers_until_ingested(
+    tmp_path: Path,
+) -> None:
+    root = write_markdown_corpus(tmp_path / "kb", SMALL_CORPUS)
+    config = make_config(tmp_path / "store")
+    ingest(root, config, embedder=EMBEDDER)
+    store = QdrantEdgeStore(config.store.path / config.store.collection, create=False)
+    everything = qe.Filter(
+        must=[qe.FieldCondition("doc_id", match=qe.MatchAny(["refunds", "kafka-runbook", "api-keys"]))]
+    )
+    store._shard.update(
+        qe.UpdateOperation.delete_payload_by_filter(everything, [ACCESS_FIELD])
+    )  # an old store
+    store.close()
+    query = "refund within 30 days"
+    with KnowledgeTool(config, embedder=EMBEDDER) as tool:
+        assert tool.lookup(query, principals=["hr"]).evidence_status == "no_evidence"  # fails closed
+        assert tool.lookup(query).evidence_status == "evidence"  # unrestricted: as before
+    report = ingest(root, config, embedder=EMBEDDER)
+    assert (report.updated, report.chunks_written) == (3, 0)  # the access field set, nothing re-embedded
+    with KnowledgeTool(config, embedder=EMBEDDER) as tool:
+        assert tool.lookup(query, principals=["hr"]).evidence_status == "evidence"
+
+
 # --- lookups: every part of the result ---------------------------------------------------------
 
 
