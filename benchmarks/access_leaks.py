@@ -49,7 +49,7 @@ def main() -> int:
         "--unfiltered-every", type=int, default=10, help="also run every n-th lookup unfiltered"
     )
     parser.add_argument(
-        "--compare-every", type=int, default=2, help="compare every n-th session with the callers' own stores"
+        "--compare-every", type=int, default=1, help="compare every n-th session with the callers' own stores"
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/access_leaks.json"))
     args = parser.parse_args()
