@@ -18,7 +18,7 @@ The real model (all-MiniLM-L6-v2, the default backends) embeds everything, each 
 bag-of-words test vectors tie, and the engine orders equal scores by where points lie, which
 would make the two stores differ.
 
-    python benchmarks/access_leaks.py [--lookups 10000] [--corpora 8] [--out FILE.json]
+    python benchmarks/access_leaks.py [--lookups 20000] [--corpora 40] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from lookup_knowledge.stores import build_embedder  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--lookups", type=int, default=10_000)
+    parser.add_argument("--lookups", type=int, default=20_000)
     parser.add_argument(
-        "--corpora", type=int, default=8, help="random knowledge bases (half dense, half hybrid)"
+        "--corpora", type=int, default=40, help="random knowledge bases (half dense, half hybrid)"
     )
     parser.add_argument(
         "--unfiltered-every", type=int, default=10, help="also run every n-th lookup unfiltered"

@@ -13,7 +13,7 @@ the serialized result, its trace or its recorded row:
   the whole collection, so sparse and fused scores differ between the two stores by design).
 
 :func:`check_lookups` runs both checks; ``tests/test_access.py`` runs a few hypothesis examples
-of it, ``benchmarks/access_leaks.py`` at least 10,000 lookups.
+of it, ``benchmarks/access_leaks.py`` 20,000 lookups.
 """
 
 from __future__ import annotations

@@ -420,7 +420,7 @@ def test_cli_query_takes_principals(hr_kb: Path) -> None:
 
 
 @settings(
-    max_examples=2,  # benchmarks/access_leaks.py runs 10,000 lookups
+    max_examples=2,  # benchmarks/access_leaks.py runs 20,000 lookups
     deadline=None,
     phases=[Phase.explicit, Phase.generate],  # a seed shrinks to nothing simpler: no shrinking
     suppress_health_check=[HealthCheck.function_scoped_fixture],
