@@ -60,6 +60,7 @@ class SourceDocument:
     body_line: int = 1  # the source line ``body`` starts on (1-based)
     file: SourceFile | None = None  # the file it was read from (markdown folders); None: a JSONL record
     parts: tuple[Part, ...] = ()  # a converted document's pages, slides or sheets (ranges of ``body``)
+    access: tuple[str, ...] | None = None  # who may see it (frontmatter/JSONL ``access``); None: unsaid
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +222,7 @@ def _read_markdown(file: Path, relative: str, max_file_bytes: int) -> SourceDocu
     except UnicodeDecodeError as exc:
         raise _Skip(f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     meta, body, offset = _frontmatter(text)
+    access = _access(meta.get("access"))
     return SourceDocument(
         doc_id=_text(meta.get("id")) or relative,
         source=relative,
@@ -235,6 +237,7 @@ def _read_markdown(file: Path, relative: str, max_file_bytes: int) -> SourceDocu
         body_offset=offset,
         body_line=text.count("\n", 0, offset) + 1,
         file=stamp,
+        access=access,
     )
 
 
@@ -333,6 +336,12 @@ def _read_jsonl(file: Path, max_record_bytes: int) -> Corpus:
             corpus.skipped.append(SkippedFile(f"{file.name}:{number}", "missing _id or text", source))
             continue
         title = _text(record.get("title")) or ""
+        try:
+            access = _access(record.get("access"))
+        except _Skip as skip:
+            source = _text(record.get("source")) or doc_id
+            corpus.skipped.append(SkippedFile(f"{file.name}:{number}", str(skip), source))
+            continue
         corpus.documents.append(
             SourceDocument(
                 doc_id=doc_id,
@@ -343,6 +352,7 @@ def _read_jsonl(file: Path, max_record_bytes: int) -> Corpus:
                 categories=_strings(record.get("category")),
                 keywords=_strings(record.get("keywords")),
                 entities=_strings(record.get("entities")),
+                access=access,
             )
         )
     return corpus
@@ -408,6 +418,18 @@ def _strings(value: Any) -> tuple[str, ...]:
         return ()
     items = value if isinstance(value, list | tuple) else [value]
     return tuple(text for item in items if (text := _text(item)))
+
+
+def _access(value: Any) -> tuple[str, ...] | None:
+    """A document's ``access`` field: the principals (a string or a list of them) that may see it;
+    ``None`` when the field is absent or null (the configured default applies). Anything else (a
+    mapping, a number, a list holding one) is refused, so a mistyped field never widens access."""
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(item, str) for item in items):
+        raise _Skip("access must be a principal name or a list of them (strings)")
+    return tuple(dict.fromkeys(text for item in items if (text := item.strip())))
 
 
 def _first_heading(body: str) -> str | None:

@@ -24,7 +24,7 @@ import snowballstemmer
 
 from lookup_knowledge.contract import L0Hints
 
-from .search import StoreBackendError
+from .search import AccessScope, StoreBackendError, may_see
 from .sparse import bm25_encoder
 from .text import first_line
 
@@ -73,6 +73,7 @@ class L0Document:
     keywords: tuple[str, ...] = ()
     domains: tuple[str, ...] = ()
     entities: tuple[str, ...] = ()
+    access: tuple[str, ...] | None = None  # who may see it (None: indexed before access control)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +121,9 @@ class L0Index:
                     longest = max(longest, len(words))
         return spaced, unspaced, longest
 
-    def match(self, query: str) -> L0Hints:
-        """The hints a query triggers; empty hints when nothing matches."""
+    def match(self, query: str, access: AccessScope | None = None) -> L0Hints:
+        """The hints a query triggers among the documents a caller of ``access`` may see (``None``:
+        every document); empty hints when nothing matches."""
         spaced, unspaced, longest = self._tables
         norm = normalize(query)
         words = _words(norm)
@@ -130,6 +132,8 @@ class L0Index:
             for start in range(len(words) - n + 1):
                 found.extend(spaced.get(" ".join(words[start : start + n]), ()))
         found.extend(term for text, term in unspaced if text in norm)
+        if access is not None:
+            found = [term for term in found if may_see(self.documents[term.doc_id].access, access)]
         return self._hints(found)
 
     def _hints(self, found: list[_Term]) -> L0Hints:
@@ -185,6 +189,7 @@ class L0Index:
                     keywords=tuple(d["keywords"]),
                     domains=tuple(d["domains"]),
                     entities=tuple(d["entities"]),
+                    access=None if d.get("access") is None else tuple(d["access"]),
                 )
                 for d in data["documents"]
             )

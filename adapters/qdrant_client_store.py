@@ -18,6 +18,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 from .qdrant_store import QdrantStore
 from .redaction import mask_secrets
 from .search import (
+    ACCESS_FIELD,
     CATEGORY_FIELD,
     DENSE_VECTOR,
     DOC_ID_FIELD,
@@ -106,7 +107,7 @@ class QdrantClientStore(QdrantStore):
             )
             with warnings.catch_warnings():  # local mode has no payload indexes and says so
                 warnings.simplefilter("ignore")
-                for field in (CATEGORY_FIELD, DOC_ID_FIELD):
+                for field in (CATEGORY_FIELD, DOC_ID_FIELD, ACCESS_FIELD):
                     self._client.create_payload_index(
                         self.collection, field, field_schema=models.PayloadSchemaType.KEYWORD
                     )
@@ -132,7 +133,7 @@ class QdrantClientStore(QdrantStore):
         queries = [query for request in requests for query in engine_queries(request)]
         with self._errors("search" if len(requests) == 1 else "batch search"):
             responses = iter(self._client.query_batch_points(self.collection, requests=queries))
-        return found_hits(requests, (r.points for r in responses), self._cosines, self._count)
+        return found_hits(requests, (r.points for r in responses), self._cosines, self._matching)
 
     def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[str, float]]:
         """The dense scores of the points each request still lacks: one dense search per
@@ -141,7 +142,12 @@ class QdrantClientStore(QdrantStore):
             models.QueryRequest(
                 query=list(s.request.query_vector),
                 using=DENSE_VECTOR,
-                filter=models.Filter(must=[models.HasIdCondition(has_id=list(s.missing_cosines))]),
+                filter=models.Filter(
+                    must=[
+                        models.HasIdCondition(has_id=list(s.missing_cosines)),
+                        *_access_conditions(s.request.access),
+                    ]
+                ),
                 limit=len(s.missing_cosines),
             )
             for s in scored
@@ -162,6 +168,13 @@ class QdrantClientStore(QdrantStore):
             ]
             with self._errors("upsert"):
                 self._client.upsert(self.collection, points=points)
+
+    def set_access(self, doc_id: str, access: Sequence[str]) -> None:
+        where = models.Filter(
+            must=[models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchValue(value=doc_id))]
+        )
+        with self._errors("access update"):
+            self._client.set_payload(self.collection, payload={ACCESS_FIELD: list(access)}, points=where)
 
     def delete_documents(self, doc_ids: Iterable[str]) -> None:
         ids = sorted(set(doc_ids))
@@ -191,11 +204,10 @@ class QdrantClientStore(QdrantStore):
             if offset is None:
                 return
 
-    def _count(self, category: str | None) -> int:
+    def _matching(self, request: SearchRequest | None) -> int:
         with self._errors("count"):
-            return self._client.count(
-                self.collection, count_filter=_category_filter(category), exact=True
-            ).count
+            where = None if request is None else _request_filter(request)
+            return self._client.count(self.collection, count_filter=where, exact=True).count
 
     def close(self) -> None:
         self._client.close()
@@ -205,7 +217,7 @@ def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
     """The server queries of one request: the ranked one, and for hybrid its dense and sparse
     companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
     places and the BM25 score of the hits they hold)."""
-    where = _category_filter(request.category)
+    where = _request_filter(request)
     dense = list(request.query_vector)
     if request.mode == "dense":
         return [
@@ -254,9 +266,18 @@ def _sparse(vector: SparseVector | None) -> models.SparseVector:
     return models.SparseVector(indices=list(vector.indices), values=list(vector.values))
 
 
-def _category_filter(category: str | None) -> models.Filter | None:
-    if category is None:
-        return None
-    return models.Filter(
-        must=[models.FieldCondition(key=CATEGORY_FIELD, match=models.MatchValue(value=category))]
-    )
+def _request_filter(request: SearchRequest) -> models.Filter | None:
+    """The payload filter of every query of a request: its category, and its caller's access."""
+    must = _access_conditions(request.access)
+    if request.category is not None:
+        must.append(
+            models.FieldCondition(key=CATEGORY_FIELD, match=models.MatchValue(value=request.category))
+        )
+    return models.Filter(must=must) if must else None
+
+
+def _access_conditions(access: Sequence[str] | None) -> list[models.FieldCondition]:
+    """A restricted caller's condition: the chunk's access holds one of its principals."""
+    if access is None:
+        return []
+    return [models.FieldCondition(key=ACCESS_FIELD, match=models.MatchAny(any=list(access)))]

@@ -17,6 +17,7 @@ import qdrant_edge as qe
 
 from .qdrant_store import QdrantStore
 from .search import (
+    ACCESS_FIELD,
     CATEGORY_FIELD,
     DENSE_VECTOR,
     DOC_ID_FIELD,
@@ -57,7 +58,7 @@ _SPACE_MARGIN = 16 * _MIB
 
 class QdrantEdgeStore(QdrantStore):
     """A persistent Qdrant Edge shard: a named dense vector and a named BM25 sparse vector (IDF
-    applied by the engine) per chunk, keyword payload indexes on the category and doc_id."""
+    applied by the engine) per chunk, keyword payload indexes on the category, doc_id and access."""
 
     def __init__(self, path: str | Path, dimension: int | None = None, *, create: bool = True) -> None:
         self.path = Path(path)
@@ -140,7 +141,7 @@ class QdrantEdgeStore(QdrantStore):
             if f'key "{DENSE_VECTOR}" not found' in str(exc):  # a store of a release before hybrid
                 raise StoreOutdatedError(str(self.path)) from None
             raise StoreUnavailableError(f"cannot open knowledge store at {self.path}: {exc}") from exc
-        for field in (CATEGORY_FIELD, DOC_ID_FIELD):
+        for field in (CATEGORY_FIELD, DOC_ID_FIELD, ACCESS_FIELD):
             shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
         return shard
 
@@ -164,7 +165,7 @@ class QdrantEdgeStore(QdrantStore):
         queries = [query for request in requests for query in engine_queries(request)]
         with backend_errors("search" if len(requests) == 1 else "batch search"):
             results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
-        return found_hits(requests, results, self._cosines, self._count)
+        return found_hits(requests, results, self._cosines, self._matching)
 
     def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[str, float]]:
         """The dense scores of the points each request still lacks: one dense search per
@@ -173,7 +174,9 @@ class QdrantEdgeStore(QdrantStore):
             qe.QueryRequest(
                 limit=len(s.missing_cosines),
                 query=qe.Query.Nearest(list(s.request.query_vector), DENSE_VECTOR),
-                filter=qe.Filter(must=[qe.HasIdCondition(set(s.missing_cosines))]),
+                filter=qe.Filter(
+                    must=[qe.HasIdCondition(set(s.missing_cosines)), *_access_conditions(s.request.access)]
+                ),
             )
             for s in scored
         ]
@@ -194,6 +197,11 @@ class QdrantEdgeStore(QdrantStore):
             ]
             with backend_errors("upsert"):
                 self._shard.update(qe.UpdateOperation.upsert_points(points))
+
+    def set_access(self, doc_id: str, access: Sequence[str]) -> None:
+        where = qe.Filter(must=[qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchValue(doc_id))])
+        with backend_errors("access update"):
+            self._shard.update(qe.UpdateOperation.set_payload_by_filter(where, {ACCESS_FIELD: list(access)}))
 
     def delete_documents(self, doc_ids: Iterable[str]) -> None:
         ids = sorted(set(doc_ids))
@@ -222,9 +230,10 @@ class QdrantEdgeStore(QdrantStore):
             if offset is None:
                 return
 
-    def _count(self, category: str | None) -> int:
+    def _matching(self, request: SearchRequest | None) -> int:
+        where = None if request is None else _request_filter(request)
         with backend_errors("count"):
-            return self._shard.count(qe.CountRequest(exact=True, filter=_category_filter(category)))
+            return self._shard.count(qe.CountRequest(exact=True, filter=where))
 
     def optimize(self) -> None:
         """Build the HNSW index and merge segments (run after bulk ingestion)."""
@@ -284,7 +293,7 @@ def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
     """The engine queries of one request: the ranked one, and for hybrid its dense and sparse
     companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
     places and the BM25 score of the hits they hold)."""
-    where = _category_filter(request.category)
+    where = _request_filter(request)
     dense = qe.Query.Nearest(list(request.query_vector), DENSE_VECTOR)
     if request.mode == "dense":
         return [qe.QueryRequest(limit=request.top_k, query=dense, filter=where, with_payload=True)]
@@ -319,7 +328,14 @@ def _sparse(vector: SparseVector | None) -> qe.SparseVector:
     return qe.SparseVector(list(vector.indices), list(vector.values))
 
 
-def _category_filter(category: str | None) -> qe.Filter | None:
-    if category is None:
-        return None
-    return qe.Filter(must=[qe.FieldCondition(CATEGORY_FIELD, match=qe.MatchValue(category))])
+def _request_filter(request: SearchRequest) -> qe.Filter | None:
+    """The payload filter of every query of a request: its category, and its caller's access."""
+    must = _access_conditions(request.access)
+    if request.category is not None:
+        must.append(qe.FieldCondition(CATEGORY_FIELD, match=qe.MatchValue(request.category)))
+    return qe.Filter(must=must) if must else None
+
+
+def _access_conditions(access: Sequence[str] | None) -> list[qe.FieldCondition]:
+    """A restricted caller's condition: the chunk's access holds one of its principals."""
+    return [] if access is None else [qe.FieldCondition(ACCESS_FIELD, match=qe.MatchAny(list(access)))]

@@ -24,12 +24,13 @@ class QdrantStore(KnowledgeStore):
         return stored_documents(self._payloads())
 
     def count(self) -> int:
-        return self._count(None)
+        return self._matching(None)
 
     @abstractmethod
     def _payloads(self) -> Iterator[Mapping[str, Any]]:
         """Every point's version fields (:data:`~.search.VERSION_FIELDS`), page by page."""
 
     @abstractmethod
-    def _count(self, category: str | None) -> int:
-        """The exact number of points, of one category when given."""
+    def _matching(self, request: SearchRequest | None) -> int:
+        """The exact number of points a request may return (under its category and access
+        filters); of all points without a request."""

@@ -200,15 +200,21 @@ class InvocationRecorder:
             row_id = connection.execute(insert(tool_invocation).values(**values)).inserted_primary_key[0]
         return int(row_id)
 
-    def session_domains(self, session_id: str) -> list[str]:
-        """Distinct evidence domains recorded for ``session_id`` so far, first seen first."""
-        domains = tool_invocation.c.retrieval_details["evidenceDomains"]
+    def session_domains(self, session_id: str, access: list[str] | None = None) -> list[str]:
+        """Distinct evidence domains recorded for ``session_id`` so far, first seen first, of its
+        calls made in one access scope (``retrieval_details.access``: the principals the call was
+        restricted to; ``None``, as on rows from before access control, unrestricted)."""
+        details = tool_invocation.c.retrieval_details
         query = (
-            select(domains).where(tool_invocation.c.session_id == session_id).order_by(tool_invocation.c.id)
+            select(details["evidenceDomains"], details["access"])
+            .where(tool_invocation.c.session_id == session_id)
+            .order_by(tool_invocation.c.id)
         )
         with self._connect() as connection:
-            rows = connection.execute(query).scalars().all()
-        return list(dict.fromkeys(domain for row in rows for domain in row or []))
+            rows = connection.execute(query).all()
+        return list(
+            dict.fromkeys(domain for row, scope in rows if _same_scope(scope, access) for domain in row or [])
+        )
 
     def list(self, session_id: str | None = None, last: int = 20) -> list[Invocation]:
         """The newest ``last`` rows (of one session, when given), oldest first."""
@@ -219,8 +225,9 @@ class InvocationRecorder:
             rows = connection.execute(query).all()
         return [_invocation(row) for row in reversed(rows)]
 
-    def session_evidence(self, session_id: str) -> list[Invocation]:
-        """The session's ``lookup_knowledge`` rows that returned evidence, oldest first."""
+    def session_evidence(self, session_id: str, access: list[str] | None | bool = False) -> list[Invocation]:
+        """The session's ``lookup_knowledge`` rows that returned evidence, oldest first (with
+        ``access`` not ``False``: only those of calls made in that access scope)."""
         query = (
             select(tool_invocation)
             .where(tool_invocation.c.session_id == session_id)
@@ -229,20 +236,29 @@ class InvocationRecorder:
             .order_by(tool_invocation.c.id)
         )
         with self._connect() as connection:
-            return [_invocation(row) for row in connection.execute(query).all()]
+            rows = [_invocation(row) for row in connection.execute(query).all()]
+        if access is False:
+            return rows
+        return [row for row in rows if _same_scope(row.retrieval_details.get("access"), access)]
 
-    def returned_anywhere(self, keys: Iterable[str]) -> set[str]:
-        """Those of ``keys`` some recorded call (of any session) returned."""
+    def returned_anywhere(self, keys: Iterable[str], access: list[str] | None | bool = False) -> set[str]:
+        """Those of ``keys`` some recorded call (of any session) returned (with ``access`` not
+        ``False``: some call made in that access scope)."""
         wanted = set(keys)
         if not wanted:
             return set()
-        query = select(tool_invocation.c.returned_evidence).where(
-            tool_invocation.c.returned_evidence.is_not(None)
-        )
+        returned, scope = tool_invocation.c.returned_evidence, tool_invocation.c.retrieval_details["access"]
+        query = select(returned, scope).where(returned.is_not(None))
         # a per-key JSON containment query differs per backend; rows are scanned, keys matched here
         with self._connect() as connection:
-            rows = connection.execute(query).scalars()
-            return {entry["key"] for row in rows for entry in row or [] if entry.get("key") in wanted}
+            rows = connection.execute(query).all()
+            return {
+                entry["key"]
+                for row, recorded in rows
+                if access is False or _same_scope(recorded, access)
+                for entry in row or []
+                if entry.get("key") in wanted
+            }
 
     def get(self, invocation_id: int) -> Invocation | None:
         """One row by id, or ``None``."""
@@ -343,6 +359,11 @@ def _create_or_migrate(engine: Engine) -> None:
 
 def _mark_version(connection: Connection, version: int) -> None:
     connection.execute(insert(schema_version_table).values(version=version, applied_at=datetime.now(UTC)))
+
+
+def _same_scope(recorded: Any, access: list[str] | None) -> bool:
+    """Whether a row's recorded access scope (JSON: a list, or null/absent) is ``access``."""
+    return (list(recorded) if isinstance(recorded, list) else None) == access
 
 
 def _storable(value: Any) -> Any:

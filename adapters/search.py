@@ -34,12 +34,15 @@ SOURCE_FIELD = "source"
 LOCATION_FIELD = "location"  # {start_line, end_line, start_char, end_char} of the chunk in its source
 HEADING_PATH_FIELD = "heading_path"  # the chunk's headings, outermost first
 SOURCE_FILE_FIELD = "source_file"  # {path, version, mtime_ns, size} of the file (adapters/source_files.py)
+ACCESS_FIELD = "access"  # the principals (groups, users) that may see the chunk's document
+PUBLIC_PRINCIPAL = "public"  # in a document's access: every caller; every restricted caller holds it
 VERSION_FIELDS = (
     DOC_ID_FIELD,
     DOC_HASH_FIELD,
     DOC_CHUNKS_FIELD,
     SOURCE_FIELD,
     SOURCE_FILE_FIELD,
+    ACCESS_FIELD,
 )  # documents()
 
 DENSE_VECTOR = "dense"  # the named vectors every point carries
@@ -132,6 +135,26 @@ def identity_key(hit: SearchHit, original_rank: int) -> str:
     return f"rank:{original_rank}"
 
 
+AccessScope = tuple[str, ...]  # a restricted caller's principals and "public", sorted
+
+
+def access_scope(principals: Iterable[str] | None) -> AccessScope | None:
+    """What a caller's searches match in the access field: its principals and
+    :data:`PUBLIC_PRINCIPAL`, sorted; ``None`` (no principals given) is unrestricted, no filter."""
+    if principals is None:
+        return None
+    if isinstance(principals, str):  # one principal, not its characters
+        principals = [principals]
+    return tuple(sorted({*principals, PUBLIC_PRINCIPAL}))
+
+
+def may_see(access: Sequence[str] | None, scope: AccessScope | None) -> bool:
+    """Whether a caller of ``scope`` may see a document whose access is ``access`` (``None``: a
+    document stored before access existed, seen by unrestricted callers only), as the store's
+    filter decides it."""
+    return scope is None or (access is not None and not set(access).isdisjoint(scope))
+
+
 def point_id_for(key: str, doc_hash: str = "") -> str:
     """Deterministic point id: UUID5 of the evidence key and the document's content hash.
 
@@ -151,7 +174,9 @@ class SearchRequest:
     """One search: the text, its dense and (sparse, hybrid) BM25 vectors, width, optional category.
 
     ``hybrid`` fuses a dense and a sparse prefetch, each ``prefetch_k`` wide (at least ``top_k``),
-    both under the category filter, by ``fusion`` inside the store.
+    both under the category filter, by ``fusion`` inside the store. ``access`` restricts every
+    query the store runs for the request (prefetches, companions, cosine and count lookups) to
+    chunks whose access field holds one of its principals: a payload filter in the engine.
     """
 
     query_text: str
@@ -162,6 +187,7 @@ class SearchRequest:
     sparse_vector: SparseVector | None = None
     fusion: FusionMethod = "dbsf"
     prefetch_k: int | None = None
+    access: AccessScope | None = None  # the caller's scope (:func:`access_scope`); None: unrestricted
 
     def __post_init__(self) -> None:
         if self.mode != "dense" and self.sparse_vector is None:
@@ -232,6 +258,12 @@ class StoredDocument:
     source: str
     versions: Mapping[str, bool]
     source_version: str | None = None  # the version of the file its chunks were ingested from
+    accesses: frozenset[tuple[str, ...] | None] = field(default=frozenset(), compare=False)  # its
+    # chunks' access fields (None: a chunk written before access control)
+
+    def holds_access(self, access: Sequence[str]) -> bool:
+        """Every stored chunk carries exactly ``access``."""
+        return self.accesses == {tuple(access)}
 
     def holds_only(self, doc_hash: str) -> bool:
         """Exactly one version is stored, ``doc_hash``, and it is complete."""
@@ -247,6 +279,7 @@ def stored_documents(payloads: Iterable[Mapping[str, Any]]) -> dict[str, StoredD
     counts: dict[str, dict[tuple[str, int], int]] = {}
     sources: dict[str, str] = {}
     file_versions: dict[str, str | None] = {}
+    accesses: dict[str, set[tuple[str, ...] | None]] = {}
     for payload in payloads:
         doc_id = payload[DOC_ID_FIELD]
         version = (payload.get(DOC_HASH_FIELD, ""), int(payload.get(DOC_CHUNKS_FIELD, 0)))
@@ -255,12 +288,16 @@ def stored_documents(payloads: Iterable[Mapping[str, Any]]) -> dict[str, StoredD
         sources.setdefault(doc_id, str(payload.get(SOURCE_FIELD, doc_id)))
         stamp = payload.get(SOURCE_FILE_FIELD)
         file_versions.setdefault(doc_id, stamp.get("version") if isinstance(stamp, Mapping) else None)
+        access = payload.get(ACCESS_FIELD)
+        accesses.setdefault(doc_id, set()).add(tuple(access) if isinstance(access, list) else None)
     documents = {}
     for doc_id, versions in counts.items():
         complete: dict[str, bool] = {}
         for (doc_hash, expected), found in versions.items():
             complete[doc_hash] = complete.get(doc_hash, True) and found == expected
-        documents[doc_id] = StoredDocument(sources[doc_id], complete, file_versions[doc_id])
+        documents[doc_id] = StoredDocument(
+            sources[doc_id], complete, file_versions[doc_id], frozenset(accesses[doc_id])
+        )
     return documents
 
 
@@ -295,6 +332,10 @@ class KnowledgeStore(KnowledgeSearchPort):
     def documents(self) -> dict[str, StoredDocument]:
         """Every stored document, with its source and the completeness of each stored version."""
 
+    @abstractmethod
+    def set_access(self, doc_id: str, access: Sequence[str]) -> None:
+        """Set the access field of every chunk of ``doc_id`` (one payload update by filter)."""
+
     def write_documents(self, chunks: Sequence[StoredChunk]) -> None:
         """Write whole documents: every chunk of their new versions, then delete their old ones.
 
@@ -321,18 +362,19 @@ class KnowledgeStore(KnowledgeSearchPort):
 
 
 def complete_hits(
-    request: SearchRequest, hits: list[SearchHit], stored: Callable[[str | None], int]
+    request: SearchRequest, hits: list[SearchHit], stored: Callable[[SearchRequest], int]
 ) -> list[SearchHit]:
     """``hits``, checked to hold every point the search could return.
 
     An engine drops a point whose similarity is not a number (a vector file corrupted to NaN),
     so corruption can look like an empty store. A dense search that returns fewer hits than
-    asked while the store holds more matching points (``stored(category)``, asked only then)
+    asked while the store holds more matching points (``stored(request)``: under its category
+    and access filters, asked only then)
     raises; so does a hybrid one, whose dense prefetch alone fills ``top_k``. (A lexical search
     returns only what matches its terms: it is not checked.)
     """
     if request.mode != "sparse" and len(hits) < request.top_k:
-        held = stored(request.category)
+        held = stored(request)
         if len(hits) < min(held, request.top_k):
             raise StoreBackendError(
                 f"the search returned {len(hits)} of the {held} stored points it should have: their "
@@ -476,14 +518,14 @@ def found_hits(
     requests: Sequence[SearchRequest],
     results: Iterator[Iterable[Any]],
     ask_cosines: Callable[[list[ScoredPoints]], Iterable[dict[str, float]]],
-    stored: Callable[[str | None], int],
+    stored: Callable[[SearchRequest], int],
 ) -> list[list[SearchHit]]:
     """Each request's hits from the engine's result lists, in the order the adapter sent the
     queries: the ranked one, then for hybrid its dense and sparse companions (points with
     ``id``, ``score``, ``payload``, ``vector``). The cosines no search returned are asked of the
     store in one more round trip for all requests (``ask_cosines``: the adapter's dense searches
     restricted to those points), only when some request lacks any; every list is then checked
-    by :func:`complete_hits` (``stored``: the store's point count per category)."""
+    by :func:`complete_hits` (``stored``: the store's point count under a request's filters)."""
     scored = []
     for request in requests:
         rows = [(p.id, p.score, p.payload, p.vector) for p in next(results)]

@@ -26,9 +26,10 @@ def query_sparse_vector(query: str) -> SparseVector:
 
 
 @config.when(l0_enabled=True)
-def l0_hints(query: str, l0_index: L0Index) -> L0Hints:
-    """Matched titles, keywords, domains and entities from the L0 frontmatter index."""
-    return l0_index.match(query)
+def l0_hints(query: str, l0_index: L0Index, access_scope: tuple | None = None) -> L0Hints:
+    """Matched titles, keywords, domains and entities from the L0 frontmatter index, of the
+    documents the caller may see (``access_scope``; ``None``: unrestricted)."""
+    return l0_index.match(query, access_scope)
 
 
 @config.when(l0_enabled=False)

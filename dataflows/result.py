@@ -96,9 +96,10 @@ def retrieval_trace(
     evidence_verdict: EvidenceVerdict,
     retrieval_mode: str,
     hybrid_fusion: HybridFusion,
+    access_scope: tuple | None = None,
 ) -> RetrievalTrace:
-    """L0 hints, filter, every search with whether its hits were used, the fallback decision
-    with the values it read, and the settings in force."""
+    """L0 hints, filters (category, access), every search with whether its hits were used, the
+    fallback decision with the values it read, and the settings in force."""
     l1_candidates = any(attempt.usable for attempt in retrieval_attempts if attempt.used)
     layer = "L0+L1" if not l0_hints.is_empty and l1_candidates else "L1"
     return RetrievalTrace(
@@ -106,6 +107,7 @@ def retrieval_trace(
         fusion=hybrid_fusion.method if retrieval_mode == "hybrid" else None,
         l0_hints=l0_hints,
         category_filter=category_filter,
+        access_filter=None if access_scope is None else list(access_scope),
         attempts=[
             AttemptTrace(
                 kind=a.kind,

@@ -110,18 +110,27 @@ class HybridFusion:
 
 
 @config.when(l1_enabled=True, retrieval_mode="dense")
-def search_request__dense(query: str, query_vector: np.ndarray, retrieve_k: int) -> SearchRequest:
-    """Dense search: the chunks nearest the query's embedding, ``retrieve_k`` wide."""
-    return SearchRequest(query, query_vector, retrieve_k)
+def search_request__dense(
+    query: str, query_vector: np.ndarray, retrieve_k: int, access_scope: tuple | None = None
+) -> SearchRequest:
+    """Dense search: the chunks nearest the query's embedding, ``retrieve_k`` wide, among those
+    the caller may see (``access_scope``, a payload filter in the store; ``None``: all)."""
+    return SearchRequest(query, query_vector, retrieve_k, access=access_scope)
 
 
 @config.when(l1_enabled=True, retrieval_mode="sparse")
 def search_request__sparse(
-    query: str, query_vector: np.ndarray, query_sparse_vector: SparseVector, retrieve_k: int
+    query: str,
+    query_vector: np.ndarray,
+    query_sparse_vector: SparseVector,
+    retrieve_k: int,
+    access_scope: tuple | None = None,
 ) -> SearchRequest:
-    """Sparse search: chunks ranked by BM25, ``retrieve_k`` wide (the query vector only scores
-    them: their normalized score stays the dense cosine)."""
-    return SearchRequest(query, query_vector, retrieve_k, mode="sparse", sparse_vector=query_sparse_vector)
+    """Sparse search: chunks ranked by BM25, ``retrieve_k`` wide, among those the caller may see
+    (the query vector only scores them: their normalized score stays the dense cosine)."""
+    return SearchRequest(
+        query, query_vector, retrieve_k, mode="sparse", sparse_vector=query_sparse_vector, access=access_scope
+    )
 
 
 @config.when(l1_enabled=True, retrieval_mode="hybrid")
@@ -131,8 +140,10 @@ def search_request__hybrid(
     query_sparse_vector: SparseVector,
     retrieve_k: int,
     hybrid_fusion: HybridFusion,
+    access_scope: tuple | None = None,
 ) -> SearchRequest:
-    """Hybrid search: a dense and a sparse prefetch fused inside the store, ``retrieve_k`` wide."""
+    """Hybrid search: a dense and a sparse prefetch fused inside the store, ``retrieve_k`` wide,
+    both prefetches under the caller's access filter."""
     return SearchRequest(
         query,
         query_vector,
@@ -141,6 +152,7 @@ def search_request__hybrid(
         sparse_vector=query_sparse_vector,
         fusion=hybrid_fusion.method,
         prefetch_k=hybrid_fusion.prefetch_k,
+        access=access_scope,
     )
 
 

@@ -81,7 +81,7 @@ class ProbeCalibration:
     def __init__(self, probes: tuple[str, ...] = PROBE_QUERIES) -> None:
         self.probes = probes
         self._nulls: dict[tuple, dict[Script, ProbeNull]] = {}
-        self._vectors: dict[int, list] = {}  # per embedder: the probes' query vectors
+        self._vectors: dict[int, np.ndarray] = {}  # the probes' embeddings, per embedder: not the store's
         self._generation = 0  # resets so far: a null measured across one is not kept
         self._lock = threading.Lock()
 
@@ -89,8 +89,10 @@ class ProbeCalibration:
         self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
     ) -> ProbeNull:
         """The null of the probes in the request's script, for searches shaped like it (mode,
-        fusion, width); a failed measurement raises and is tried again at the next lookup."""
+        fusion, width, and the caller's access: the probes search only what it may see); a failed
+        measurement raises and is tried again at the next lookup."""
         shape = (id(search_port), request.mode, request.fusion, request.prefetch_k, request.top_k)
+        shape += (request.access,)
         script = script_of(request.query_text)
         with self._lock:
             known, generation = self._nulls.get(shape), self._generation
@@ -109,8 +111,8 @@ class ProbeCalibration:
         self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
     ) -> dict[Script, ProbeNull]:
         vectors = self._vectors.get(id(embedder))
-        if vectors is None:
-            vectors = self._vectors.setdefault(id(embedder), list(embedder.embed_queries(list(self.probes))))
+        if vectors is None:  # embedded once: a new search shape or access scope costs one search
+            vectors = self._vectors.setdefault(id(embedder), embedder.embed_queries(list(self.probes)))
         sparse = request.mode != "dense"
         requests = [
             replace(

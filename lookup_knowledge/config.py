@@ -168,6 +168,26 @@ class RecorderConfig(_Section):
         return value
 
 
+class AccessConfig(_Section):
+    """Who may see what: a document's ``access`` (frontmatter or JSONL field) lists the principals
+    (groups, users) that may see it; ``default`` is what a document that says nothing gets."""
+
+    default: Literal["public", "deny"] = "public"
+    principals: list[str] | None = None
+
+    @field_validator("principals")
+    @classmethod
+    def _principal_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not all(name.strip() for name in value):
+            raise ValueError("a principal name must not be blank")
+        return None if value is None else [name.strip() for name in value]
+
+    @property
+    def default_access(self) -> tuple[str, ...]:
+        """The access of a document whose source names none: everyone, or no restricted caller."""
+        return ("public",) if self.default == "public" else ()
+
+
 class TracingConfig(_Section):
     opentelemetry: bool = False
     include_query: bool = False
@@ -186,6 +206,7 @@ class Config(_Section):
     context: ContextConfig = ContextConfig()
     abstention: AbstentionConfig = AbstentionConfig()
     recorder: RecorderConfig = RecorderConfig()
+    access: AccessConfig = AccessConfig()
     tracing: TracingConfig = TracingConfig()
 
 

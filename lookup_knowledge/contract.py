@@ -264,6 +264,11 @@ class RetrievalTrace(ContractModel):
     fusion: FusionMethod | None = Field(None, description="hybrid mode: how the searches were fused")
     l0_hints: L0Hints
     category_filter: str | None
+    access_filter: list[str] | None = Field(
+        None,
+        description="the principals every search and the L0 hints were restricted to (the caller's and "
+        "public); None: unrestricted, every document",
+    )
     attempts: list[AttemptTrace]
     fallback_reason: FallbackReason | None
     fallback_decision: FallbackDecisionTrace | None = None

@@ -29,6 +29,7 @@ from lookup_knowledge.adapters.documents import DocumentLimits, forget_converted
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Document, L0Index
 from lookup_knowledge.adapters.search import (
+    ACCESS_FIELD,
     DOC_CHUNKS_FIELD,
     DOC_HASH_FIELD,
     EVIDENCE_KEY_FIELD,
@@ -75,6 +76,7 @@ class _PendingChunk:
     doc_hash: str
     doc_chunks: int
     ingested_at: str
+    access: tuple[str, ...]
 
 
 def ingest(
@@ -122,22 +124,24 @@ def _sync(
     documents = corpus.documents
     stored = store.documents()
     hashes = {doc.doc_id: document_hash(doc, config, embedder.model_name) for doc in documents}
+    access = {doc.doc_id: document_access(doc, config) for doc in documents}
     changed = [doc for doc in documents if not _holds(stored.get(doc.doc_id), hashes[doc.doc_id], doc)]
     chunks = {doc.doc_id: chunk_document(doc, config.ingest.chunk_chars) for doc in changed}
-    _write(changed, chunks, hashes, store, embedder, progress)
+    _write(changed, chunks, hashes, access, store, embedder, progress)
     gone = _prunable(stored, hashes, corpus.skipped) if prune else []
-    _update_l0(config, documents, gone)  # first: the L0 index never lists a document the store lost
+    _update_l0(config, documents, access, gone)  # first: the L0 index never lists a document the store lost
+    regranted = _set_access(documents, changed, stored, access, store)
     store.delete_documents(gone)
     _forget_converted(config, stored, documents, {doc.doc_id for doc in changed} | set(gone))
     if changed or gone:
         store.optimize()  # HNSW index and merged segments: search goes from exact scans to ~1 ms
-    updated = sum(doc.doc_id in stored for doc in changed)
+    updated = sum(doc.doc_id in stored for doc in changed) + regranted
     return IngestReport(
         source="",
         documents=len(documents),
         new=len(changed) - updated,
         updated=updated,
-        unchanged=len(documents) - len(changed),
+        unchanged=len(documents) - len(changed) - regranted,
         pruned=len(gone),
         chunks_written=sum(map(len, chunks.values())),
     )
@@ -165,6 +169,32 @@ def _forget_converted(
     forget_converted(converted_dir(config), {version for version in old if version} - held)
 
 
+def document_access(doc: SourceDocument, config: Config) -> tuple[str, ...]:
+    """Who may see a document: its own ``access`` field, else ``access.default``."""
+    return doc.access if doc.access is not None else config.access.default_access
+
+
+def _set_access(
+    documents: list[SourceDocument],
+    changed: list[SourceDocument],
+    stored: dict[str, StoredDocument],
+    access: dict[str, tuple[str, ...]],
+    store: KnowledgeStore,
+) -> int:
+    """Rewrite the access field of the unchanged documents whose access changed (a JSONL record's
+    ``access``, ``access.default``, a store from before access control): one payload update per
+    document, no new embedding. Returns how many were updated."""
+    written = {doc.doc_id for doc in changed}
+    regranted = [
+        doc.doc_id
+        for doc in documents
+        if doc.doc_id not in written and not stored[doc.doc_id].holds_access(access[doc.doc_id])
+    ]
+    for doc_id in regranted:
+        store.set_access(doc_id, access[doc_id])
+    return len(regranted)
+
+
 def _prunable(
     stored: dict[str, StoredDocument], hashes: dict[str, str], skipped: list[SkippedFile]
 ) -> list[str]:
@@ -181,6 +211,7 @@ def _write(
     documents: list[SourceDocument],
     chunks: dict[str, list[Chunk]],
     hashes: dict[str, str],
+    access: dict[str, tuple[str, ...]],
     store: KnowledgeStore,
     embedder: Embedder,
     progress: bool,
@@ -196,7 +227,9 @@ def _write(
         task = bar.add_task("embedding chunks", total=sum(map(len, chunks.values())))
         for group in _groups(ordered, chunks, EMBED_GROUP):
             pending = [
-                _PendingChunk(doc, chunk, hashes[doc.doc_id], len(chunks[doc.doc_id]), ingested_at)
+                _PendingChunk(
+                    doc, chunk, hashes[doc.doc_id], len(chunks[doc.doc_id]), ingested_at, access[doc.doc_id]
+                )
                 for doc in group
                 for chunk in chunks[doc.doc_id]
             ]
@@ -306,6 +339,7 @@ def _payload(pending: _PendingChunk) -> dict[str, object]:
         HEADING_PATH_FIELD: list(chunk.heading_path),
         INGESTED_AT_FIELD: pending.ingested_at,
         SOURCE_FILE_FIELD: doc.file.payload() if doc.file else None,
+        ACCESS_FIELD: list(pending.access),
     }
 
 
@@ -331,10 +365,15 @@ def document_hash(doc: SourceDocument, config: Config, model_name: str) -> str:
     return hashlib.sha256(json.dumps(fingerprint, ensure_ascii=False).encode()).hexdigest()[:32]
 
 
-def _update_l0(config: Config, documents: list[SourceDocument], gone: list[str]) -> None:
+def _update_l0(
+    config: Config, documents: list[SourceDocument], access: dict[str, tuple[str, ...]], gone: list[str]
+) -> None:
     path = l0_index_path(config)
     index = L0Index.load(path)
-    index.upsert(L0Document(d.doc_id, d.title, d.keywords, d.categories, d.entities) for d in documents)
+    index.upsert(
+        L0Document(d.doc_id, d.title, d.keywords, d.categories, d.entities, access[d.doc_id])
+        for d in documents
+    )
     index.remove(gone)
     try:
         index.save(path)

@@ -75,4 +75,5 @@ def retrieval_details(result: LookupResult) -> dict[str, Any]:
         "message": result.message,
         "executedNodes": dump(trace, include={"executed_nodes"})["executedNodes"] if trace else [],
         "coldStartMs": trace.cold_start_ms if trace else None,
+        "access": trace.access_filter if trace else None,
     }

@@ -21,13 +21,14 @@ from threadpoolctl import ThreadpoolController
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.redaction import mask_secrets
-from lookup_knowledge.adapters.search import KnowledgeSearchPort, StoreError
+from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, StoreError, access_scope
 from lookup_knowledge.agent.request import (
     failure_result,
     lookup_request,
     plain_string,
     rejected_result,
     session_key,
+    valid_principals,
 )
 from lookup_knowledge.calibration import ProbeCalibration
 from lookup_knowledge.config import Config
@@ -127,25 +128,41 @@ class KnowledgeTool:
         *,
         pinned_category: str | None = None,
         prior_session_domains: list[str] | None = None,
+        principals: Any = None,
     ) -> LookupResult:
         """Run the dataflow for one query; never raises for bad input or a failing backend.
 
         ``prior_session_domains`` replaces the tool's in-memory session memory when the caller
-        keeps sessions itself (the invocation record does).
+        keeps sessions itself (the invocation record does). ``principals``: the caller's groups
+        or users (a list of names); the lookup then sees only documents whose access names one of
+        them or ``public``, in every part of its result. ``None``: ``access.principals`` of the
+        configuration (itself ``None`` by default: unrestricted).
         """
-        request = lookup_request(query, self.config.retrieval.max_query_chars, session_id, pinned_category)
+        request = lookup_request(
+            query, self.config.retrieval.max_query_chars, session_id, pinned_category, principals
+        )
         if isinstance(request, str):
             if prior_session_domains is None:
                 session = plain_string(session_id)
                 key = session_key(session) if isinstance(session, str) else None
-                prior_session_domains = self.session_domains(key)
+                scope = self.access_scope(valid_principals(principals))
+                prior_session_domains = [] if scope is False else self.session_domains(key, scope)
             return rejected_result(query, request, prior_session_domains)
+        scope = self.access_scope(request.principals)
         if prior_session_domains is None:
-            prior_session_domains = self.session_domains(request.session_id)
-        inputs = self.dataflow_inputs(request.query, request.pinned_category, prior_session_domains)
+            prior_session_domains = self.session_domains(request.session_id, scope)
+        inputs = self.dataflow_inputs(request.query, request.pinned_category, prior_session_domains, scope)
         result = self.execute_dataflow(inputs)
-        self._remember(request.session_id, result.retrieved_domains_this_session)
+        self._remember(_session_slot(request.session_id, scope), result.retrieved_domains_this_session)
         return result
+
+    def access_scope(self, principals: Sequence[str] | None | bool) -> AccessScope | None | bool:
+        """The access filter of a caller's lookups: its principals and ``public``; with none
+        given, those of ``access.principals``; ``None`` (unrestricted) when neither names any.
+        ``False`` (principals that are not valid) stays ``False``: such a caller sees nothing."""
+        if principals is False:
+            return False
+        return access_scope(principals if principals is not None else self.config.access.principals)
 
     def execute_dataflow(
         self, inputs: dict[str, Any], overrides: dict[str, Any] | None = None
@@ -179,21 +196,24 @@ class KnowledgeTool:
         query: str,
         pinned_category: str | None = None,
         prior_session_domains: list[str] | None = None,
+        access_scope: AccessScope | None = None,
     ) -> dict[str, Any]:
-        """The Hamilton inputs for one (valid) query."""
+        """The Hamilton inputs for one (valid) query (``access_scope``: see :meth:`access_scope`)."""
         return {
             **self._static_inputs,
             "query": query.strip(),
             "pinned_category": pinned_category,
             "prior_session_domains": prior_session_domains or [],
+            "access_scope": access_scope,
         }
 
-    def session_domains(self, session_id: str | None) -> list[str]:
-        """Domains of evidence returned earlier in this session, first seen first."""
+    def session_domains(self, session_id: str | None, access: AccessScope | None = None) -> list[str]:
+        """Domains of evidence returned earlier in this session to callers of this access scope
+        (another scope's lookups in the same session are not shared), first seen first."""
         if session_id is None:
             return []
         with self._sessions_lock:
-            return list(self._sessions.get(session_id, []))
+            return list(self._sessions.get(_session_slot(session_id, access), []))
 
     def _remember(self, session_id: str | None, domains: list[str]) -> None:
         """Keep the session's domains; the least recently used sessions go first once there are
@@ -231,6 +251,14 @@ class KnowledgeTool:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _session_slot(session_id: str | None, access: AccessScope | None) -> str | None:
+    """Where a session's domains are kept for one access scope: callers of different scopes
+    never share what a session saw, whatever session id they give."""
+    if session_id is None or access is None:
+        return session_id
+    return f"{session_id}\x00{chr(31).join(access)}"
 
 
 def _session_cost(session_id: str, domains: list[str]) -> int:

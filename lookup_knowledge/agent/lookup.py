@@ -24,10 +24,11 @@ from lookup_knowledge.adapters.recorder import (
     InvocationRecorder,
     RecorderUnavailableError,
 )
+from lookup_knowledge.adapters.search import may_see
 from lookup_knowledge.adapters.text import first_line
 from lookup_knowledge.agent.invocation_row import invocation_row
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
-from lookup_knowledge.agent.request import plain_string, session_key
+from lookup_knowledge.agent.request import plain_string, session_key, valid_principals
 from lookup_knowledge.agent.tool_definition import (
     QUERY_DESCRIPTION,
     TOOL_DESCRIPTION,
@@ -112,17 +113,24 @@ class AgentLookup:
         recorder = build_recorder(config) if record else None
         return cls(KnowledgeTool.from_config(config, require_store=require_store), recorder)
 
-    def call(self, query: Any, session_id: str | None = None) -> LookupResult:
-        """Look up ``query`` in ``session_id`` (``None``: a session of its own) and record the call."""
+    def call(self, query: Any, session_id: str | None = None, *, principals: Any = None) -> LookupResult:
+        """Look up ``query`` in ``session_id`` (``None``: a session of its own) and record the call.
+
+        ``principals``: the caller's groups or users (see :meth:`KnowledgeTool.lookup`; ``None``:
+        ``access.principals``). A session's domains are shared only among calls of one access scope.
+        """
         query, session_id = plain_string(query), plain_string(session_id)
-        if session_id is not None and not isinstance(session_id, str):
-            result = self.tool.lookup(query, session_id, prior_session_domains=[])  # invalid_input
-            return self._recorded(query, None, result, 0.0)
+        scope = self.tool.access_scope(valid_principals(principals))
+        if scope is False or (session_id is not None and not isinstance(session_id, str)):
+            result = self.tool.lookup(query, session_id, prior_session_domains=[], principals=principals)
+            return self._recorded(query, None, result, 0.0)  # invalid_input
         if session_id is not None:  # surrogates escaped, a long id hashed, as the record keeps it
             session_id = session_key(session_id)
-        prior_domains = self._recorded_session_domains(session_id)
+        prior_domains = self._recorded_session_domains(session_id, scope)
         started = time.perf_counter()
-        result = self.tool.lookup(query, session_id, prior_session_domains=prior_domains)
+        result = self.tool.lookup(
+            query, session_id, prior_session_domains=prior_domains, principals=principals
+        )
         latency_ms = (time.perf_counter() - started) * 1000
         return self._recorded(query, session_id, self._with_cold_start(result), latency_ms)
 
@@ -152,8 +160,11 @@ class AgentLookup:
             status = InvocationRecordStatus(written=False, error=str(exc) or type(exc).__name__)
         return with_record_status(result, status)
 
-    def lookup_function(self, session_id: str | None = None) -> Callable[[str], dict[str, Any]]:
-        """A plain ``lookup_knowledge(query: str) -> dict`` (the contract JSON) bound to one session.
+    def lookup_function(
+        self, session_id: str | None = None, *, principals: Any = None
+    ) -> Callable[[str], dict[str, Any]]:
+        """A plain ``lookup_knowledge(query: str) -> dict`` (the contract JSON) bound to one session
+        and one caller's ``principals`` (``None``: ``access.principals``).
 
         Without ``session_id`` the function gets a fresh session of its own. For agent
         frameworks that take Python functions as tools: its name, docstring and annotations
@@ -162,7 +173,7 @@ class AgentLookup:
         session = session_id or new_session_id()
 
         def lookup_knowledge(query: str) -> dict[str, Any]:
-            return self.call(query, session).model_dump(by_alias=True, mode="json")
+            return self.call(query, session, principals=principals).model_dump(by_alias=True, mode="json")
 
         lookup_knowledge.__qualname__ = TOOL_NAME
         lookup_knowledge.__doc__ = f"{TOOL_DESCRIPTION}\n\nArgs:\n    query: {QUERY_DESCRIPTION}\n"
@@ -175,29 +186,39 @@ class AgentLookup:
         *,
         check_uncited: bool = False,
         citation_pattern: str = CITATION_PATTERN,
+        principals: Any = None,
     ) -> AnswerVerdict:
         """Check ``answer`` against what this session's recorded lookups returned and record the
-        verdict (:func:`verify_in_session`). Raises :class:`RecorderUnavailableError` when there is
-        no record to read."""
+        verdict (:func:`verify_in_session`). A restricted caller (``principals``, else
+        ``access.principals``) is checked against the lookups made in its access scope, and a key
+        of a document it may not see is ``unknown_key``, as if the document did not exist. Raises
+        :class:`RecorderUnavailableError` when there is no record to read."""
         if self.recorder is None:
             raise RecorderUnavailableError("verify_answer needs the invocation record (recording is off)")
+        scope = self.tool.access_scope(valid_principals(principals))
+        documents = self.tool.l0_index.documents
+        visible = (
+            documents if scope is None else {d for d, doc in documents.items() if may_see(doc.access, scope)}
+        )
         return verify_in_session(
             answer,
             session_id,
             self.recorder,
-            self.tool.l0_index.documents,
+            visible if scope is not False else (),
             check_uncited=check_uncited,
             citation_pattern=citation_pattern,
+            access=_scope_list(scope) if scope is not False else [],
         )
 
-    def _recorded_session_domains(self, session_id: str | None) -> list[str] | None:
-        """The session's domains from the record; ``None`` (use the tool's memory) without one."""
+    def _recorded_session_domains(self, session_id: str | None, scope: Any = None) -> list[str] | None:
+        """The session's domains from the record, of its calls in ``scope``; ``None`` (use the
+        tool's memory) without one."""
         if session_id is None:
             return []
         if self.recorder is None:
             return None
         try:
-            return self.recorder.session_domains(session_id)
+            return self.recorder.session_domains(session_id, access=_scope_list(scope))
         except Exception as exc:  # an unreadable record must not fail the lookup either
             unexpected = not isinstance(exc, RecorderUnavailableError)
             logger.warning("session domains from memory, no record: %s", exc, exc_info=unexpected)
@@ -216,6 +237,11 @@ class AgentLookup:
         self.close()
 
 
+def _scope_list(scope: Any) -> list[str] | None:
+    """An access scope as the record keeps it: a list of principals, ``None`` for unrestricted."""
+    return None if scope is None or scope is False else list(scope)
+
+
 def verify_in_session(
     answer: str,
     session_id: str,
@@ -224,20 +250,23 @@ def verify_in_session(
     *,
     check_uncited: bool = False,
     citation_pattern: str = CITATION_PATTERN,
+    access: list[str] | None | bool = False,
 ) -> AnswerVerdict:
-    """``verify_answer`` against the blocks the record says ``session_id``'s lookups returned; a
+    """``verify_answer`` against the blocks the record says ``session_id``'s lookups returned
+    (with ``access`` not ``False``: its lookups in that access scope, and keys returned anywhere
+    in that scope); a
     key not returned is ``not_returned`` when another session got it or ``doc_ids`` (the L0 index)
     holds its document, else ``unknown_key``. The verdict is recorded as a ``verify_answer`` row of
     the session (``invocationRecord`` says whether that worked). Raises
     :class:`RecorderUnavailableError` when the record cannot be read."""
     session_id = session_key(session_id)
     started = time.perf_counter()
-    rows = recorder.session_evidence(session_id)
+    rows = recorder.session_evidence(session_id, access)
     returned = [ReturnedBlock.from_record(e, row.id) for row in rows for e in row.returned_evidence or []]
 
     def known_keys(keys: set[str]) -> set[str]:
         in_base = {key for key in keys if key.rsplit("#chunk-", 1)[0] in doc_ids}
-        return in_base | recorder.returned_anywhere(keys - in_base)
+        return in_base | recorder.returned_anywhere(keys - in_base, access)
 
     verdict = verify_answer(
         answer,

@@ -48,6 +48,20 @@ class LookupRequest(BaseModel):
     query: str
     session_id: str | None = None
     pinned_category: str | None = None
+    principals: tuple[str, ...] | None = None
+
+    @field_validator("principals", mode="before")
+    @classmethod
+    def _principal_names(cls, value: Any) -> Any:
+        """A list (or tuple, set) of nonblank names; one string is one principal."""
+        if value is None:
+            return None
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list | tuple | set | frozenset) or not all(
+            isinstance(name, str) and name.strip() and not _SURROGATE.search(name) for name in names
+        ):
+            raise PydanticCustomError("principals", "the principals must be a list of nonblank names")
+        return tuple(sorted({plain_string(name).strip() for name in names}))
 
     @field_validator("query", "session_id", "pinned_category", mode="before")
     @classmethod
@@ -98,11 +112,25 @@ def plain_string(value: Any) -> Any:
     return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
 
 
+def valid_principals(principals: Any) -> tuple[str, ...] | None | bool:
+    """``principals`` as a lookup takes them (sorted, stripped), ``None`` when not given, or
+    ``False`` when they are not a list of nonblank names."""
+    try:
+        return LookupRequest.model_validate({"query": "-", "principals": principals}).principals
+    except ValidationError:
+        return False
+
+
 def lookup_request(
-    query: Any, max_chars: int, session_id: Any = None, pinned_category: Any = None
+    query: Any, max_chars: int, session_id: Any = None, pinned_category: Any = None, principals: Any = None
 ) -> LookupRequest | str:
     """The validated request, or why it cannot be looked up."""
-    data = {"query": query, "session_id": session_id, "pinned_category": pinned_category}
+    data = {
+        "query": query,
+        "session_id": session_id,
+        "pinned_category": pinned_category,
+        "principals": principals,
+    }
     try:
         return LookupRequest.model_validate(data, context={"max_query_chars": max_chars})
     except ValidationError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import sys
 import threading
 import time
@@ -43,6 +44,22 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", help="Override a config key: dotted.key=value (repeatable)."),
 ]
+
+
+PrincipalOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--principal",
+        "-p",
+        help="A group or user the caller is (repeatable): only documents whose access names one of them "
+        "or public are seen. Sets access.principals; without it and without that key, unrestricted.",
+    ),
+]
+
+
+def _principal_overrides(principals: list[str] | None) -> list[str]:
+    """``--principal`` values as the ``access.principals`` override (none given: no override)."""
+    return [f"access.principals={json.dumps(principals, ensure_ascii=False)}"] if principals else []
 
 
 @app.callback()
@@ -158,9 +175,10 @@ def query_command(
     no_record: Annotated[
         bool, typer.Option("--no-record", help="Do not write this call to the tool_invocation table.")
     ] = False,
+    principals: PrincipalOption = None,
 ) -> None:
     """Look up knowledge for a query and print the evidence, the fallback decision and the context."""
-    settings = _config(config, overrides)
+    settings = _config(config, [*(overrides or []), *_principal_overrides(principals)])
     session = session or new_session_id("cli")  # recorded under an id of its own, never blank
     problem = query_problem(text, settings.retrieval.max_query_chars)
     if problem is not None:
@@ -422,15 +440,18 @@ def _print_invocation(row: Invocation) -> None:
 
 
 @app.command("mcp")
-def mcp_command(config: ConfigOption = None, overrides: SetOption = None) -> None:
-    """Serve the lookup_knowledge tool over MCP (stdio); each client connection is one session."""
+def mcp_command(
+    config: ConfigOption = None, overrides: SetOption = None, principals: PrincipalOption = None
+) -> None:
+    """Serve the lookup_knowledge tool over MCP (stdio); each client connection is one session,
+    every call with the server's identity (``--principal``, ``access.principals``)."""
     try:
         require("mcp", "lookup-knowledge mcp")
     except MissingExtraError as exc:
         fail(str(exc))
     from lookup_knowledge.agent.mcp_server import serve_stdio  # the MCP SDK loads only for this command
 
-    settings = _config(config, overrides)
+    settings = _config(config, [*(overrides or []), *_principal_overrides(principals)])
     try:
         serve_stdio(settings)
     except StoreError as exc:
