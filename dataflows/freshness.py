@@ -22,7 +22,7 @@ def evidence_blocks(
     source_staleness: Callable[[SourceFile], bool] = is_stale,
 ) -> list[EvidenceBlock]:
     """The returned blocks, each marked ``stale`` when its source file changed or vanished since ingest."""
-    stamps = {row["evidence_key"]: row["source_file"] for row in records(reranked_df)}
+    stamps = {row["evidence_key"]: SourceFile.from_payload(row["payload"]) for row in records(reranked_df)}
     checked: dict[str, bool] = {}  # one check per file: several blocks often share one
     blocks = []
     for block in ranked_evidence_blocks:

@@ -29,7 +29,7 @@ CANDIDATE_COLUMNS = frame_columns([
     "evidence_key", "doc_id", "chunk_index", "point_id", "source", "title", "breadcrumb",
     "categories", "doc_type", "content", "score", "normalized_score", "rank_score", "dense_score",
     "sparse_score", "fused_score", "original_rank", "hit_reasons", "l0_matches", "instruction_like",
-    "location", "ingested_at", "source_file",
+    "ingested_at", "payload",
 ])  # fmt: skip
 SCREENED_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "left_out"])
 RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
@@ -128,8 +128,8 @@ def candidates_df(
             + [f"l0_{kind}:{term}" for kind, term in matches],
             "l0_matches": matches,
             "instruction_like": payload_instruction_like(payload, payload.get("breadcrumb"), hit.content),
-            "location": block_location(payload),
-            "ingested_at": payload.get(INGESTED_AT_FIELD), "source_file": SourceFile.from_payload(payload),
+            "ingested_at": payload.get(INGESTED_AT_FIELD),
+            "payload": payload,  # location and source file are read for the returned blocks only
         })  # fmt: skip
     return object_frame(rows, CANDIDATE_COLUMNS)
 
@@ -262,32 +262,33 @@ def _boosts(
 
 def ranked_evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
     """The final evidence blocks, in reranked order, before their freshness is checked."""
-    return [
-        EvidenceBlock(
-            evidence_key=row["evidence_key"],
-            doc_id=row["doc_id"],
-            chunk_index=row["chunk_index"],
-            source=row["source"],
-            title=row["title"],
-            breadcrumb=row["breadcrumb"],
-            category=", ".join(row["categories"]) or None,
-            content=row["content"],
-            score=row["score"],
-            normalized_score=row["normalized_score"],
-            dense_score=row["dense_score"],
-            sparse_score=row["sparse_score"],
-            fused_score=row["fused_score"],
-            rerank_score=row["rerank_score"],
-            rank=row["rank"],
-            hit_reasons=row["hit_reasons"],
-            instruction_like=row["instruction_like"],
-            location=row["location"],
-            ingested_at=row["ingested_at"],
-            source_path=row["source_file"].display_path if row["source_file"] else None,
-            source_version=row["source_file"].version if row["source_file"] else None,
-        )
-        for row in records(reranked_df)
-    ]
+    return [_evidence_block(row, SourceFile.from_payload(row["payload"])) for row in records(reranked_df)]
+
+
+def _evidence_block(row: Mapping[str, Any], source_file: SourceFile | None) -> EvidenceBlock:
+    return EvidenceBlock(
+        evidence_key=row["evidence_key"],
+        doc_id=row["doc_id"],
+        chunk_index=row["chunk_index"],
+        source=row["source"],
+        title=row["title"],
+        breadcrumb=row["breadcrumb"],
+        category=", ".join(row["categories"]) or None,
+        content=row["content"],
+        score=row["score"],
+        normalized_score=row["normalized_score"],
+        dense_score=row["dense_score"],
+        sparse_score=row["sparse_score"],
+        fused_score=row["fused_score"],
+        rerank_score=row["rerank_score"],
+        rank=row["rank"],
+        hit_reasons=row["hit_reasons"],
+        instruction_like=row["instruction_like"],
+        location=block_location(row["payload"]),
+        ingested_at=row["ingested_at"],
+        source_path=source_file.display_path if source_file else None,
+        source_version=source_file.version if source_file else None,
+    )
 
 
 def block_location(payload: Mapping[str, Any]) -> BlockLocation | None:
