@@ -54,7 +54,7 @@ from lookup_knowledge.agent.mcp_server import build_server
 from lookup_knowledge.agent.tool_definition import TOOL_NAME
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config, ConfigError, load_config
-from lookup_knowledge.stores import l0_index_path
+from lookup_knowledge.stores import l0_index_path, open_store
 
 EMBEDDER = HashingEmbedder()
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
@@ -230,6 +230,27 @@ def test_ingest_stores_access_on_every_chunk_and_rewrites_it_when_it_changes(tmp
     with KnowledgeTool(deny, embedder=EMBEDDER) as tool:
         assert tool.lookup("refund within 30 days", principals=["hr"]).evidence_status == "no_evidence"
         assert tool.lookup("refund within 30 days").evidence_status == "evidence"  # unrestricted
+
+
+def test_a_narrowed_access_hides_the_hints_of_a_tool_sharing_the_ingests_store(tmp_path: Path) -> None:
+    """An ingest in the same process, through the store object a serving tool holds, hands nothing
+    over: the tool reads the L0 index again because its file changed."""
+    root = write_markdown_corpus(tmp_path / "kb", SMALL_CORPUS)
+    write_markdown(root, "hr/leave.md", {k: v for k, v in HR_DOC.items() if k != "access"}, HR_BODY)
+    config = make_config(tmp_path / "store", ingest__chunk_chars=100)
+    ingest(root, config, embedder=EMBEDDER)
+    store = open_store(config, EMBEDDER.dimension, create=False)
+    try:
+        tool = KnowledgeTool(config, search_port=store, embedder=EMBEDDER)
+        before = _json(tool.lookup(HR_QUERY, principals=["contractor"]))
+        assert "hr-leave" in before and "Parental Leave Rules" in before  # public until narrowed
+        write_markdown(root, "hr/leave.md", HR_DOC, HR_BODY)  # access: [hr, managers]
+        ingest(root, config, embedder=EMBEDDER, store=store)
+        after = _json(tool.lookup(HR_QUERY, principals=["contractor"]))
+        assert [m for m in ("hr-leave", "Parental Leave Rules", "Leave Board") if m in after] == []
+        assert "hr-leave" in _json(tool.lookup(HR_QUERY, principals=["hr"]))
+    finally:
+        store.close()
 
 
 def test_a_jsonl_access_change_is_re_ingested_without_re_embedding(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from threadpoolctl import ThreadpoolController
@@ -70,6 +71,9 @@ class KnowledgeTool:
         self.config = config
         self.embedder = embedder or build_embedder(config)
         self._owned_store = None
+        # read from its file: read again when the file changes (an ingest in this process or another)
+        self._l0_from_file = l0_index is None
+        self._l0_stamp = _file_stamp(l0_index_path(config))
         self.l0_index = l0_index if l0_index is not None else L0Index.load(l0_index_path(config))
         if search_port is None and config.l1.enabled:
             # opened before the model loads; handed over to an ingest that asks, then reopened
@@ -198,7 +202,9 @@ class KnowledgeTool:
         prior_session_domains: list[str] | None = None,
         access_scope: AccessScope | None = None,
     ) -> dict[str, Any]:
-        """The Hamilton inputs for one (valid) query (``access_scope``: see :meth:`access_scope`)."""
+        """The Hamilton inputs for one (valid) query (``access_scope``: see :meth:`access_scope`),
+        with the L0 index as its file now holds it."""
+        self._current_l0_index()
         return {
             **self._static_inputs,
             "query": query.strip(),
@@ -234,9 +240,18 @@ class KnowledgeTool:
                 oldest, kept = self._sessions.popitem(last=False)
                 self._sessions_bytes -= _session_cost(oldest, kept)
 
+    def _current_l0_index(self) -> None:
+        """Read the L0 index again when its file changed since it was read (one ``stat``): an
+        ingest through a store object this tool shares, which hands nothing over, changes it too
+        (a document's narrowed access then shows in no hint of the next lookup)."""
+        if self._l0_from_file and _file_stamp(l0_index_path(self.config)) != self._l0_stamp:
+            self._reload_l0_index()
+
     def _reload_l0_index(self) -> None:
         """Read the L0 index again (the store was handed over: another process may have ingested)."""
-        self.l0_index = L0Index.load(l0_index_path(self.config))
+        path = l0_index_path(self.config)
+        self._l0_stamp = _file_stamp(path)
+        self.l0_index = L0Index.load(path)
         self.store_calibration.reset()
         self._static_inputs = {**self._static_inputs, "l0_index": self.l0_index}
 
@@ -259,6 +274,15 @@ def _session_slot(session_id: str | None, access: AccessScope | None) -> str | N
     if session_id is None or access is None:
         return session_id
     return f"{session_id}\x00{chr(31).join(access)}"
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells a file's versions apart cheaply: its inode, size and modification time."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _session_cost(session_id: str, domains: list[str]) -> int:
