@@ -15,6 +15,14 @@ from typing import Any
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException
 
+from .errors import (
+    StoreBackendError,
+    StoreError,
+    StoreLockedError,
+    StoreMissingError,
+    StoreOutdatedError,
+    StoreUnavailableError,
+)
 from .qdrant_store import QdrantStore
 from .redaction import mask_secrets
 from .search import (
@@ -29,13 +37,7 @@ from .search import (
     ScoredPoints,
     SearchHit,
     SearchRequest,
-    StoreBackendError,
     StoredChunk,
-    StoreError,
-    StoreLockedError,
-    StoreMissingError,
-    StoreOutdatedError,
-    StoreUnavailableError,
     found_hits,
 )
 from .sparse import SparseVector

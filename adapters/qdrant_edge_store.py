@@ -15,6 +15,13 @@ from typing import Any
 
 import qdrant_edge as qe
 
+from .errors import (
+    StoreLockedError,
+    StoreMissingError,
+    StoreOutdatedError,
+    StoreUnavailableError,
+    backend_errors,
+)
 from .qdrant_store import QdrantStore
 from .search import (
     ACCESS_FIELD,
@@ -29,11 +36,6 @@ from .search import (
     SearchHit,
     SearchRequest,
     StoredChunk,
-    StoreLockedError,
-    StoreMissingError,
-    StoreOutdatedError,
-    StoreUnavailableError,
-    backend_errors,
     found_hits,
     process_note,
     write_private,

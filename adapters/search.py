@@ -12,16 +12,15 @@ import sys
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lookup_knowledge.contract import FusionMethod, RetrievalMode
 
-from .redaction import mask_secrets
+from .errors import StoreBackendError
 from .sparse import Bm25Encoder, SparseVector, bm25_encoder, holds_identifier
-from .text import escape_surrogates, first_line
+from .text import escape_surrogates
 
 CATEGORY_FIELD = "category"
 DOC_ID_FIELD = "doc_id"
@@ -52,51 +51,6 @@ TIE_SLACK = 8  # extra sparse/hybrid hits fetched so equal scores are cut by poi
 
 _COSINE_BOUND = 1.0 + 1e-3  # float32 rounding lets a cosine similarity exceed 1 slightly
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
-
-
-class StoreError(RuntimeError):
-    """The knowledge store failed; every adapter raises only subclasses of this. Its message has
-    the credentials of any URL in it masked (:func:`~.redaction.mask_secrets`)."""
-
-    def __init__(self, message: object = "") -> None:
-        super().__init__(mask_secrets(str(message)))
-
-
-class StoreUnavailableError(StoreError):
-    """The store cannot be opened or reached: a server down or not answering in time."""
-
-
-class StoreMissingError(StoreUnavailableError):
-    """There is no store (or collection) at the configured place: ingest first."""
-
-
-class StoreLockedError(StoreUnavailableError):
-    """Another process holds the store."""
-
-
-class StoreOutdatedError(StoreUnavailableError):
-    """The store was built by an older release (dense vectors only, no BM25): ingest again."""
-
-    def __init__(self, where: str) -> None:
-        super().__init__(
-            f"the knowledge store at {where} was ingested before hybrid retrieval (it has no BM25 "
-            "vectors); delete it and run `lookup-knowledge ingest` again"
-        )
-
-
-class StoreBackendError(StoreError):
-    """The store was reached but an operation failed (a server error, a corrupt segment)."""
-
-
-@contextmanager
-def backend_errors(action: str) -> Iterator[None]:
-    """Translate an engine's own exceptions raised while doing ``action`` into :class:`StoreBackendError`."""
-    try:
-        yield
-    except StoreError:
-        raise
-    except Exception as exc:
-        raise StoreBackendError(f"{action} failed: {first_line(exc)}") from exc
 
 
 def process_note() -> str:

@@ -23,15 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .search import (
-    KnowledgeSearchPort,
-    KnowledgeStore,
-    SearchHit,
-    SearchRequest,
-    StoreLockedError,
-    process_note,
-    write_private,
-)
+from .errors import StoreLockedError
+from .search import KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest, process_note, write_private
 
 POLL_S = 0.1  # how often a waiting opener retries and the holder looks for a handover request
 

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from lookup_knowledge.adapters.corpus import Corpus, SkippedFile, SourceDocument, read_corpus
 from lookup_knowledge.adapters.documents import DocumentLimits, forget_converted
 from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.errors import StoreUnavailableError
 from lookup_knowledge.adapters.l0_index import L0Document, L0Index
 from lookup_knowledge.adapters.search import (
     ACCESS_FIELD,
@@ -38,7 +39,6 @@ from lookup_knowledge.adapters.search import (
     KnowledgeStore,
     StoredChunk,
     StoredDocument,
-    StoreUnavailableError,
     evidence_key,
 )
 from lookup_knowledge.adapters.source_files import INGESTED_AT_FIELD, SOURCE_FILE_FIELD

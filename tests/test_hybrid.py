@@ -25,6 +25,7 @@ from dataflow_fixtures import (
 from qdrant_client import QdrantClient, models
 
 from lookup_knowledge import KnowledgeTool
+from lookup_knowledge.adapters.errors import StoreOutdatedError
 from lookup_knowledge.adapters.l0_index import normalize
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
@@ -36,7 +37,6 @@ from lookup_knowledge.adapters.search import (
     SearchHit,
     SearchRequest,
     StoredChunk,
-    StoreOutdatedError,
     evidence_key,
 )
 from lookup_knowledge.adapters.sparse import (
