@@ -22,16 +22,13 @@ from .errors import (
     StoreUnavailableError,
     backend_errors,
 )
+from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
 from .qdrant_store import QdrantStore
 from .search import (
-    ACCESS_FIELD,
-    CATEGORY_FIELD,
     DENSE_VECTOR,
-    DOC_ID_FIELD,
     RRF_K,
     SPARSE_VECTOR,
     TIE_SLACK,
-    VERSION_FIELDS,
     ScoredPoints,
     SearchHit,
     SearchRequest,

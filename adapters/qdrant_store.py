@@ -28,7 +28,7 @@ class QdrantStore(KnowledgeStore):
 
     @abstractmethod
     def _payloads(self) -> Iterator[Mapping[str, Any]]:
-        """Every point's version fields (:data:`~.search.VERSION_FIELDS`), page by page."""
+        """Every point's version fields (:data:`~.payload.VERSION_FIELDS`), page by page."""
 
     @abstractmethod
     def _matching(self, request: SearchRequest | None) -> int:

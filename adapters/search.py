@@ -19,30 +19,21 @@ from typing import Any
 from lookup_knowledge.contract import FusionMethod, RetrievalMode
 
 from .errors import StoreBackendError
+from .payload import (
+    ACCESS_FIELD,
+    CHUNK_INDEX_FIELD,
+    CONTENT_FIELD,
+    DOC_CHUNKS_FIELD,
+    DOC_HASH_FIELD,
+    DOC_ID_FIELD,
+    EVIDENCE_KEY_FIELD,
+    SOURCE_FIELD,
+    SOURCE_FILE_FIELD,
+)
 from .sparse import Bm25Encoder, SparseVector, bm25_encoder, holds_identifier
 from .text import escape_surrogates
 
-CATEGORY_FIELD = "category"
-DOC_ID_FIELD = "doc_id"
-DOC_HASH_FIELD = "doc_hash"
-CHUNK_INDEX_FIELD = "chunk_index"
-CONTENT_FIELD = "content"
-EVIDENCE_KEY_FIELD = "evidence_key"
-DOC_CHUNKS_FIELD = "doc_chunks"  # how many chunks the document's version has: its completeness mark
-SOURCE_FIELD = "source"
-LOCATION_FIELD = "location"  # {start_line, end_line, start_char, end_char} of the chunk in its source
-HEADING_PATH_FIELD = "heading_path"  # the chunk's headings, outermost first
-SOURCE_FILE_FIELD = "source_file"  # {path, version, mtime_ns, size} of the file (adapters/source_files.py)
-ACCESS_FIELD = "access"  # the principals (groups, users) that may see the chunk's document
 PUBLIC_PRINCIPAL = "public"  # in a document's access: every caller; every restricted caller holds it
-VERSION_FIELDS = (
-    DOC_ID_FIELD,
-    DOC_HASH_FIELD,
-    DOC_CHUNKS_FIELD,
-    SOURCE_FIELD,
-    SOURCE_FILE_FIELD,
-    ACCESS_FIELD,
-)  # documents()
 
 DENSE_VECTOR = "dense"  # the named vectors every point carries
 SPARSE_VECTOR = "bm25"
