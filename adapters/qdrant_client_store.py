@@ -24,19 +24,9 @@ from .errors import (
     StoreUnavailableError,
 )
 from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
-from .qdrant_store import QdrantStore
+from .qdrant_store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, QdrantStore, ScoredPoints, found_hits
 from .redaction import mask_secrets
-from .search import (
-    DENSE_VECTOR,
-    RRF_K,
-    SPARSE_VECTOR,
-    TIE_SLACK,
-    ScoredPoints,
-    SearchHit,
-    SearchRequest,
-    StoredChunk,
-    found_hits,
-)
+from .search import SearchHit, SearchRequest, StoredChunk
 from .sparse import SparseVector
 from .text import first_line
 
@@ -232,7 +222,7 @@ def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
                 query=sparse,
                 using=SPARSE_VECTOR,
                 filter=where,
-                limit=request.top_k + TIE_SLACK,
+                limit=request.ranked_width,
                 with_payload=True,
                 with_vector=vectors,
             )
@@ -249,7 +239,7 @@ def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
             models.Prefetch(query=sparse, using=SPARSE_VECTOR, filter=where, limit=width),
         ],
         query=fusion,
-        limit=request.top_k + TIE_SLACK,
+        limit=request.ranked_width,
         with_payload=True,
         with_vector=vectors,
     )

@@ -30,8 +30,7 @@ from typer.testing import CliRunner
 from lookup_knowledge.adapters.errors import StoreBackendError, StoreLockedError
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.adapters.redaction import mask_secrets
-from lookup_knowledge.adapters.search import process_note
-from lookup_knowledge.adapters.shared_store import holder_note
+from lookup_knowledge.adapters.shared_store import holder_note, process_note
 from lookup_knowledge.agent.lookup import AgentLookup
 from lookup_knowledge.agent.mcp_server import build_server
 from lookup_knowledge.cli.app import app
