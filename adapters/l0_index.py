@@ -24,7 +24,8 @@ import snowballstemmer
 
 from lookup_knowledge.contract import L0Hints
 
-from .search import AccessScope, StoreBackendError, may_see
+from .errors import StoreBackendError
+from .search import AccessScope, may_see
 from .sparse import bm25_encoder
 from .text import first_line
 

@@ -15,29 +15,18 @@ from typing import Any
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from .qdrant_store import QdrantStore
-from .redaction import mask_secrets
-from .search import (
-    ACCESS_FIELD,
-    CATEGORY_FIELD,
-    DENSE_VECTOR,
-    DOC_ID_FIELD,
-    RRF_K,
-    SPARSE_VECTOR,
-    TIE_SLACK,
-    VERSION_FIELDS,
-    ScoredPoints,
-    SearchHit,
-    SearchRequest,
+from .errors import (
     StoreBackendError,
-    StoredChunk,
     StoreError,
     StoreLockedError,
     StoreMissingError,
     StoreOutdatedError,
     StoreUnavailableError,
-    found_hits,
 )
+from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
+from .qdrant_store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, QdrantStore, ScoredPoints, found_hits
+from .redaction import mask_secrets
+from .search import SearchHit, SearchRequest, StoredChunk
 from .sparse import SparseVector
 from .text import first_line
 
@@ -233,7 +222,7 @@ def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
                 query=sparse,
                 using=SPARSE_VECTOR,
                 filter=where,
-                limit=request.top_k + TIE_SLACK,
+                limit=request.ranked_width,
                 with_payload=True,
                 with_vector=vectors,
             )
@@ -250,7 +239,7 @@ def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
             models.Prefetch(query=sparse, using=SPARSE_VECTOR, filter=where, limit=width),
         ],
         query=fusion,
-        limit=request.top_k + TIE_SLACK,
+        limit=request.ranked_width,
         with_payload=True,
         with_vector=vectors,
     )

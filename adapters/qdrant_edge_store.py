@@ -15,30 +15,17 @@ from typing import Any
 
 import qdrant_edge as qe
 
-from .qdrant_store import QdrantStore
-from .search import (
-    ACCESS_FIELD,
-    CATEGORY_FIELD,
-    DENSE_VECTOR,
-    DOC_ID_FIELD,
-    RRF_K,
-    SPARSE_VECTOR,
-    TIE_SLACK,
-    VERSION_FIELDS,
-    ScoredPoints,
-    SearchHit,
-    SearchRequest,
-    StoredChunk,
+from .errors import (
     StoreLockedError,
     StoreMissingError,
     StoreOutdatedError,
     StoreUnavailableError,
     backend_errors,
-    found_hits,
-    process_note,
-    write_private,
 )
-from .shared_store import holder_note
+from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
+from .qdrant_store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, QdrantStore, ScoredPoints, found_hits
+from .search import SearchHit, SearchRequest, StoredChunk
+from .shared_store import holder_note, process_note, write_private
 from .sparse import SparseVector
 
 __all__ = ["QdrantEdgeStore", "StoreUnavailableError"]
@@ -301,7 +288,7 @@ def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
     vectors = [SPARSE_VECTOR]  # its terms name the matches; cosines come from dense scores
     if request.mode == "sparse":
         ranked = qe.QueryRequest(
-            limit=request.top_k + TIE_SLACK,
+            limit=request.ranked_width,
             query=sparse,
             filter=where,
             with_payload=True,
@@ -310,7 +297,7 @@ def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
         return [ranked]
     width = request.prefetch_width
     fused = qe.QueryRequest(
-        limit=request.top_k + TIE_SLACK,
+        limit=request.ranked_width,
         prefetches=[
             qe.Prefetch(width, query=dense, filter=where),
             qe.Prefetch(width, query=sparse, filter=where),

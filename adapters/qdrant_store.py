@@ -1,13 +1,22 @@
 """What both Qdrant adapters (the embedded Edge shard and the client of a server) share: a search
-is a batch of one, the documents are read from the stored payloads, the count is one of all."""
+is a batch of one, the documents are read from the stored payloads, the count is one of all, and
+the engine's scored points become the port's hits the same way (:func:`found_hits`)."""
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from .errors import StoreBackendError
+from .payload import CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD
 from .search import KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
+from .sparse import Bm25Encoder, bm25_encoder, holds_identifier
+
+DENSE_VECTOR = "dense"  # the named vectors every point carries
+SPARSE_VECTOR = "bm25"
+RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.; Qdrant's and Elasticsearch's default)
+_COSINE_BOUND = 1.0 + 1e-3  # float32 rounding lets a cosine similarity exceed 1 slightly
 
 
 class QdrantStore(KnowledgeStore):
@@ -28,9 +37,201 @@ class QdrantStore(KnowledgeStore):
 
     @abstractmethod
     def _payloads(self) -> Iterator[Mapping[str, Any]]:
-        """Every point's version fields (:data:`~.search.VERSION_FIELDS`), page by page."""
+        """Every point's version fields (:data:`~.payload.VERSION_FIELDS`), page by page."""
 
     @abstractmethod
     def _matching(self, request: SearchRequest | None) -> int:
         """The exact number of points a request may return (under its category and access
         filters); of all points without a request."""
+
+
+def cosine_normalized(score: float) -> float:
+    """Normalized similarity for cosine distance: the similarity clipped to [0, 1]."""
+    return min(1.0, max(0.0, score))
+
+
+def complete_hits(
+    request: SearchRequest, hits: list[SearchHit], stored: Callable[[SearchRequest], int]
+) -> list[SearchHit]:
+    """``hits``, checked to hold every point the search could return.
+
+    An engine drops a point whose similarity is not a number (a vector file corrupted to NaN),
+    so corruption can look like an empty store. A dense search that returns fewer hits than
+    asked while the store holds more matching points (``stored(request)``: under its category
+    and access filters, asked only then)
+    raises; so does a hybrid one, whose dense prefetch alone fills ``top_k``. (A lexical search
+    returns only what matches its terms: it is not checked.)
+    """
+    if request.mode != "sparse" and len(hits) < request.top_k:
+        held = stored(request)
+        if len(hits) < min(held, request.top_k):
+            raise StoreBackendError(
+                f"the search returned {len(hits)} of the {held} stored points it should have: their "
+                "vectors are unreadable (corrupt data, e.g. NaN); delete the store and ingest again"
+            )
+    return hits
+
+
+def _checked_cosine(point_id: Any, score: float) -> float:
+    if not -_COSINE_BOUND <= score <= _COSINE_BOUND:  # NaN fails both comparisons too
+        raise StoreBackendError(
+            f"the store returned a score of {score} for point {point_id}, outside the cosine range "
+            "[-1, 1]: its data is corrupt; delete the store and ingest again"
+        )
+    return score
+
+
+def hit_from_payload(
+    point_id: Any,
+    score: float,
+    payload: Mapping[str, Any] | None,
+    *,
+    dense_score: float | None = None,
+    sparse_score: float | None = None,
+    fused_score: float | None = None,
+    dense_rank: int | None = None,
+    sparse_rank: int | None = None,
+    matched_terms: Sequence[str] = (),
+    exact_codes: Sequence[str] = (),
+) -> SearchHit:
+    """Build a :class:`SearchHit` from a store's raw point (shared by both adapters); a dense
+    search's ``score`` is its cosine."""
+    dense = _checked_cosine(point_id, score if dense_score is None else dense_score)
+    payload = payload or {}
+    chunk_index = payload.get(CHUNK_INDEX_FIELD)
+    return SearchHit(
+        point_id=str(point_id),
+        content=payload.get(CONTENT_FIELD, ""),
+        score=score,
+        normalized_score=cosine_normalized(dense),
+        payload=payload,
+        doc_id=payload.get(DOC_ID_FIELD),
+        chunk_index=int(chunk_index) if chunk_index is not None else None,
+        dense_score=dense,
+        sparse_score=sparse_score,
+        fused_score=fused_score,
+        dense_rank=dense_rank,
+        sparse_rank=sparse_rank,
+        matched_terms=tuple(matched_terms),
+        exact_codes=tuple(exact_codes),
+    )
+
+
+Point = tuple[Any, float, "Mapping[str, Any] | None", "Mapping[str, Any] | None"]
+
+
+class ScoredPoints:
+    """One request's raw points on their way to hits: the dense cosine of each, its sparse score,
+    its places in the dense and sparse searches, the query terms it matched and the query's codes
+    it holds.
+
+    ``points`` are (point id, score, payload, named vectors): in sparse and hybrid mode the
+    vectors hold the BM25 vector (its terms name the matches), never the dense one (384 floats
+    per hit to read would cost more than asking the store). A hybrid search also passes the
+    (id, score) its dense and sparse companions found: a companion's dense score is the hit's
+    cosine. The cosines no search returned (:attr:`missing_cosines`) the adapter asks the store
+    for, scoring only those points, and hands them to :meth:`hits`.
+
+    BM25 and rank-fusion scores tie often (two hits first in one search and second in the
+    other); the engine breaks ties by chance, so equal scores are ordered by point id here,
+    among the ``ranked_width`` fetched (:data:`~.search.TIE_SLACK` more), before the cut to ``top_k``.
+    """
+
+    def __init__(
+        self,
+        request: SearchRequest,
+        points: Sequence[Point],
+        dense_points: Sequence[tuple[Any, float]] = (),
+        sparse_points: Sequence[tuple[Any, float]] = (),
+    ) -> None:
+        self.request = request
+        if request.mode == "dense":
+            self.points = list(points)
+            self.missing_cosines: list[str] = []
+            return
+        ranked = _untied([(str(pid), score, payload, vectors) for pid, score, payload, vectors in points])
+        self.points = ranked[: request.top_k]
+        if request.mode == "sparse":
+            sparse_points = [(pid, score) for pid, score, *_ in self.points]
+        dense = _untied(_str_ids(dense_points))
+        self._dense_places = {pid: rank for rank, (pid, _) in enumerate(dense, start=1)}
+        self._cosines = dict(dense)
+        self._sparse_places = {
+            pid: (rank, score) for rank, (pid, score) in enumerate(_untied(_str_ids(sparse_points)), start=1)
+        }
+        self.missing_cosines = [pid for pid, *_ in self.points if pid not in self._cosines]
+
+    def hits(self, cosines: Mapping[str, float] | None = None) -> list[SearchHit]:
+        """The hits, best first; ``cosines``: the store's answer for :attr:`missing_cosines`.
+
+        A hit whose cosine the store cannot give has an unreadable vector (corrupt data, e.g.
+        NaN: the engine drops such a point from a dense search): :class:`StoreBackendError`.
+        """
+        mode = self.request.mode
+        if mode == "dense":
+            return [
+                hit_from_payload(pid, score, payload, dense_rank=rank)
+                for rank, (pid, score, payload, _) in enumerate(self.points, start=1)
+            ]
+        known = {**self._cosines, **(cosines or {})}
+        terms = bm25_encoder().query_terms(self.request.query_text)
+        codes = bm25_encoder().query_codes(self.request.query_text)
+        hits = []
+        for pid, score, payload, vectors in self.points:
+            if pid not in known:
+                raise StoreBackendError(
+                    f"the store cannot score point {pid} against the query: its dense vector is "
+                    "unreadable (corrupt data, e.g. NaN); delete the store and ingest again"
+                )
+            sparse_rank, sparse_score = self._sparse_places.get(pid, (None, None))
+            held = set(vectors[SPARSE_VECTOR].indices)
+            content = (payload or {}).get(CONTENT_FIELD, "")
+            hits.append(
+                hit_from_payload(
+                    pid,
+                    score,
+                    payload,
+                    dense_score=known[pid],
+                    sparse_score=sparse_score,
+                    fused_score=score if mode == "hybrid" else None,
+                    dense_rank=self._dense_places.get(pid),
+                    sparse_rank=sparse_rank,
+                    matched_terms=Bm25Encoder.matched_terms(terms, held),
+                    exact_codes=[code for code in codes if holds_identifier(content, code)],
+                )
+            )
+        return hits
+
+
+def found_hits(
+    requests: Sequence[SearchRequest],
+    results: Iterator[Iterable[Any]],
+    ask_cosines: Callable[[list[ScoredPoints]], Iterable[dict[str, float]]],
+    stored: Callable[[SearchRequest], int],
+) -> list[list[SearchHit]]:
+    """Each request's hits from the engine's result lists, in the order the adapter sent the
+    queries: the ranked one, then for hybrid its dense and sparse companions (points with
+    ``id``, ``score``, ``payload``, ``vector``). The cosines no search returned are asked of the
+    store in one more round trip for all requests (``ask_cosines``: the adapter's dense searches
+    restricted to those points), only when some request lacks any; every list is then checked
+    by :func:`complete_hits` (``stored``: the store's point count under a request's filters)."""
+    scored = []
+    for request in requests:
+        rows = [(p.id, p.score, p.payload, p.vector) for p in next(results)]
+        companions = 2 if request.mode == "hybrid" else 0  # its dense and sparse searches alone
+        places = [[(p.id, p.score) for p in next(results)] for _ in range(companions)]
+        scored.append(ScoredPoints(request, rows, *places))
+    asking = [s for s in scored if s.missing_cosines]
+    answers = iter(ask_cosines(asking) if asking else [])
+    return [
+        complete_hits(s.request, s.hits(next(answers) if s.missing_cosines else None), stored) for s in scored
+    ]
+
+
+def _untied(points: Sequence[Any]) -> list[Any]:
+    """Points (id as text, score, ...) best first, equal scores (to 6 decimals) by point id."""
+    return sorted(points, key=lambda p: (-round(p[1], 6), p[0]))
+
+
+def _str_ids(points: Sequence[tuple[Any, float]]) -> list[tuple[str, float]]:
+    return [(str(pid), score) for pid, score in points]

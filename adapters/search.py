@@ -1,124 +1,36 @@
 """The search port: what the dataflow asks of a vector store, and what a store must offer ingestion.
 
 Both store adapters (Qdrant Edge, qdrant-client) implement :class:`KnowledgeStore`; the
-dataflow only sees the narrower :class:`KnowledgeSearchPort`.
+dataflow only sees the narrower :class:`KnowledgeSearchPort`. The errors a store raises are in
+:mod:`~.errors`, the payload's fields in :mod:`~.payload`, the translation of Qdrant's scored
+points into hits in :mod:`~.qdrant_store`.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import sys
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lookup_knowledge.contract import FusionMethod, RetrievalMode
 
-from .redaction import mask_secrets
-from .sparse import Bm25Encoder, SparseVector, bm25_encoder, holds_identifier
-from .text import escape_surrogates, first_line
-
-CATEGORY_FIELD = "category"
-DOC_ID_FIELD = "doc_id"
-DOC_HASH_FIELD = "doc_hash"
-CHUNK_INDEX_FIELD = "chunk_index"
-CONTENT_FIELD = "content"
-EVIDENCE_KEY_FIELD = "evidence_key"
-DOC_CHUNKS_FIELD = "doc_chunks"  # how many chunks the document's version has: its completeness mark
-SOURCE_FIELD = "source"
-LOCATION_FIELD = "location"  # {start_line, end_line, start_char, end_char} of the chunk in its source
-HEADING_PATH_FIELD = "heading_path"  # the chunk's headings, outermost first
-SOURCE_FILE_FIELD = "source_file"  # {path, version, mtime_ns, size} of the file (adapters/source_files.py)
-ACCESS_FIELD = "access"  # the principals (groups, users) that may see the chunk's document
-PUBLIC_PRINCIPAL = "public"  # in a document's access: every caller; every restricted caller holds it
-VERSION_FIELDS = (
-    DOC_ID_FIELD,
-    DOC_HASH_FIELD,
+from .payload import (
+    ACCESS_FIELD,
     DOC_CHUNKS_FIELD,
+    DOC_HASH_FIELD,
+    DOC_ID_FIELD,
+    EVIDENCE_KEY_FIELD,
     SOURCE_FIELD,
     SOURCE_FILE_FIELD,
-    ACCESS_FIELD,
-)  # documents()
+)
+from .sparse import SparseVector
 
-DENSE_VECTOR = "dense"  # the named vectors every point carries
-SPARSE_VECTOR = "bm25"
-RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.; Qdrant's and Elasticsearch's default)
+PUBLIC_PRINCIPAL = "public"  # in a document's access: every caller; every restricted caller holds it
 TIE_SLACK = 8  # extra sparse/hybrid hits fetched so equal scores are cut by point id, not by chance
 
-_COSINE_BOUND = 1.0 + 1e-3  # float32 rounding lets a cosine similarity exceed 1 slightly
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
-
-
-class StoreError(RuntimeError):
-    """The knowledge store failed; every adapter raises only subclasses of this. Its message has
-    the credentials of any URL in it masked (:func:`~.redaction.mask_secrets`)."""
-
-    def __init__(self, message: object = "") -> None:
-        super().__init__(mask_secrets(str(message)))
-
-
-class StoreUnavailableError(StoreError):
-    """The store cannot be opened or reached: a server down or not answering in time."""
-
-
-class StoreMissingError(StoreUnavailableError):
-    """There is no store (or collection) at the configured place: ingest first."""
-
-
-class StoreLockedError(StoreUnavailableError):
-    """Another process holds the store."""
-
-
-class StoreOutdatedError(StoreUnavailableError):
-    """The store was built by an older release (dense vectors only, no BM25): ingest again."""
-
-    def __init__(self, where: str) -> None:
-        super().__init__(
-            f"the knowledge store at {where} was ingested before hybrid retrieval (it has no BM25 "
-            "vectors); delete it and run `lookup-knowledge ingest` again"
-        )
-
-
-class StoreBackendError(StoreError):
-    """The store was reached but an operation failed (a server error, a corrupt segment)."""
-
-
-@contextmanager
-def backend_errors(action: str) -> Iterator[None]:
-    """Translate an engine's own exceptions raised while doing ``action`` into :class:`StoreBackendError`."""
-    try:
-        yield
-    except StoreError:
-        raise
-    except Exception as exc:
-        raise StoreBackendError(f"{action} failed: {first_line(exc)}") from exc
-
-
-def process_note() -> str:
-    """This process as a note for lock files: its pid and program name (``lookup-knowledge mcp``:
-    the command's name, never its arguments, which may hold secrets), always encodable."""
-    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
-    command = ""
-    if program.startswith("lookup-knowledge") and len(sys.argv) > 1 and _COMMAND.fullmatch(sys.argv[1]):
-        command = sys.argv[1]  # our own CLI's first argument, when a plain word, is its command
-    return escape_surrogates(f"{os.getpid()} {program} {command}".strip())[:120]
-
-
-_COMMAND = re.compile(r"[a-z][a-z-]{0,30}")  # a subcommand's name (``mcp``, ``ingest``), not a value
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only (mode 0600), whatever it holds
-    (lone surrogates from undecodable argv bytes are escaped)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as file:
-        os.fchmod(fd, 0o600)  # a file left by an older release keeps its mode otherwise
-        file.write(text)
 
 
 def evidence_key(doc_id: str, chunk_index: int) -> str:
@@ -162,11 +74,6 @@ def point_id_for(key: str, doc_hash: str = "") -> str:
     so writing it never overwrites part of the old one.
     """
     return str(uuid.uuid5(_POINT_NAMESPACE, f"{key}@{doc_hash}" if doc_hash else key))
-
-
-def cosine_normalized(score: float) -> float:
-    """Normalized similarity for cosine distance: the similarity clipped to [0, 1]."""
-    return min(1.0, max(0.0, score))
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,190 +266,3 @@ class KnowledgeStore(KnowledgeSearchPort):
 
     def optimize(self) -> None:  # noqa: B027 - optional: only embedded engines need it
         """Build indexes after bulk writes (stores that index on their own do nothing)."""
-
-
-def complete_hits(
-    request: SearchRequest, hits: list[SearchHit], stored: Callable[[SearchRequest], int]
-) -> list[SearchHit]:
-    """``hits``, checked to hold every point the search could return.
-
-    An engine drops a point whose similarity is not a number (a vector file corrupted to NaN),
-    so corruption can look like an empty store. A dense search that returns fewer hits than
-    asked while the store holds more matching points (``stored(request)``: under its category
-    and access filters, asked only then)
-    raises; so does a hybrid one, whose dense prefetch alone fills ``top_k``. (A lexical search
-    returns only what matches its terms: it is not checked.)
-    """
-    if request.mode != "sparse" and len(hits) < request.top_k:
-        held = stored(request)
-        if len(hits) < min(held, request.top_k):
-            raise StoreBackendError(
-                f"the search returned {len(hits)} of the {held} stored points it should have: their "
-                "vectors are unreadable (corrupt data, e.g. NaN); delete the store and ingest again"
-            )
-    return hits
-
-
-def _checked_cosine(point_id: Any, score: float) -> float:
-    if not -_COSINE_BOUND <= score <= _COSINE_BOUND:  # NaN fails both comparisons too
-        raise StoreBackendError(
-            f"the store returned a score of {score} for point {point_id}, outside the cosine range "
-            "[-1, 1]: its data is corrupt; delete the store and ingest again"
-        )
-    return score
-
-
-def hit_from_payload(
-    point_id: Any,
-    score: float,
-    payload: Mapping[str, Any] | None,
-    *,
-    dense_score: float | None = None,
-    sparse_score: float | None = None,
-    fused_score: float | None = None,
-    dense_rank: int | None = None,
-    sparse_rank: int | None = None,
-    matched_terms: Sequence[str] = (),
-    exact_codes: Sequence[str] = (),
-) -> SearchHit:
-    """Build a :class:`SearchHit` from a store's raw point (shared by both adapters); a dense
-    search's ``score`` is its cosine."""
-    dense = _checked_cosine(point_id, score if dense_score is None else dense_score)
-    payload = payload or {}
-    chunk_index = payload.get(CHUNK_INDEX_FIELD)
-    return SearchHit(
-        point_id=str(point_id),
-        content=payload.get(CONTENT_FIELD, ""),
-        score=score,
-        normalized_score=cosine_normalized(dense),
-        payload=payload,
-        doc_id=payload.get(DOC_ID_FIELD),
-        chunk_index=int(chunk_index) if chunk_index is not None else None,
-        dense_score=dense,
-        sparse_score=sparse_score,
-        fused_score=fused_score,
-        dense_rank=dense_rank,
-        sparse_rank=sparse_rank,
-        matched_terms=tuple(matched_terms),
-        exact_codes=tuple(exact_codes),
-    )
-
-
-Point = tuple[Any, float, "Mapping[str, Any] | None", "Mapping[str, Any] | None"]
-
-
-class ScoredPoints:
-    """One request's raw points on their way to hits: the dense cosine of each, its sparse score,
-    its places in the dense and sparse searches, the query terms it matched and the query's codes
-    it holds.
-
-    ``points`` are (point id, score, payload, named vectors): in sparse and hybrid mode the
-    vectors hold the BM25 vector (its terms name the matches), never the dense one (384 floats
-    per hit to read would cost more than asking the store). A hybrid search also passes the
-    (id, score) its dense and sparse companions found: a companion's dense score is the hit's
-    cosine. The cosines no search returned (:attr:`missing_cosines`) the adapter asks the store
-    for, scoring only those points, and hands them to :meth:`hits`.
-
-    BM25 and rank-fusion scores tie often (two hits first in one search and second in the
-    other); the engine breaks ties by chance, so equal scores are ordered by point id here,
-    among ``top_k`` + :data:`TIE_SLACK` fetched, before the cut to ``top_k``.
-    """
-
-    def __init__(
-        self,
-        request: SearchRequest,
-        points: Sequence[Point],
-        dense_points: Sequence[tuple[Any, float]] = (),
-        sparse_points: Sequence[tuple[Any, float]] = (),
-    ) -> None:
-        self.request = request
-        if request.mode == "dense":
-            self.points = list(points)
-            self.missing_cosines: list[str] = []
-            return
-        ranked = _untied([(str(pid), score, payload, vectors) for pid, score, payload, vectors in points])
-        self.points = ranked[: request.top_k]
-        if request.mode == "sparse":
-            sparse_points = [(pid, score) for pid, score, *_ in self.points]
-        dense = _untied(_str_ids(dense_points))
-        self._dense_places = {pid: rank for rank, (pid, _) in enumerate(dense, start=1)}
-        self._cosines = dict(dense)
-        self._sparse_places = {
-            pid: (rank, score) for rank, (pid, score) in enumerate(_untied(_str_ids(sparse_points)), start=1)
-        }
-        self.missing_cosines = [pid for pid, *_ in self.points if pid not in self._cosines]
-
-    def hits(self, cosines: Mapping[str, float] | None = None) -> list[SearchHit]:
-        """The hits, best first; ``cosines``: the store's answer for :attr:`missing_cosines`.
-
-        A hit whose cosine the store cannot give has an unreadable vector (corrupt data, e.g.
-        NaN: the engine drops such a point from a dense search): :class:`StoreBackendError`.
-        """
-        mode = self.request.mode
-        if mode == "dense":
-            return [
-                hit_from_payload(pid, score, payload, dense_rank=rank)
-                for rank, (pid, score, payload, _) in enumerate(self.points, start=1)
-            ]
-        known = {**self._cosines, **(cosines or {})}
-        terms = bm25_encoder().query_terms(self.request.query_text)
-        codes = bm25_encoder().query_codes(self.request.query_text)
-        hits = []
-        for pid, score, payload, vectors in self.points:
-            if pid not in known:
-                raise StoreBackendError(
-                    f"the store cannot score point {pid} against the query: its dense vector is "
-                    "unreadable (corrupt data, e.g. NaN); delete the store and ingest again"
-                )
-            sparse_rank, sparse_score = self._sparse_places.get(pid, (None, None))
-            held = set(vectors[SPARSE_VECTOR].indices)
-            content = (payload or {}).get(CONTENT_FIELD, "")
-            hits.append(
-                hit_from_payload(
-                    pid,
-                    score,
-                    payload,
-                    dense_score=known[pid],
-                    sparse_score=sparse_score,
-                    fused_score=score if mode == "hybrid" else None,
-                    dense_rank=self._dense_places.get(pid),
-                    sparse_rank=sparse_rank,
-                    matched_terms=Bm25Encoder.matched_terms(terms, held),
-                    exact_codes=[code for code in codes if holds_identifier(content, code)],
-                )
-            )
-        return hits
-
-
-def found_hits(
-    requests: Sequence[SearchRequest],
-    results: Iterator[Iterable[Any]],
-    ask_cosines: Callable[[list[ScoredPoints]], Iterable[dict[str, float]]],
-    stored: Callable[[SearchRequest], int],
-) -> list[list[SearchHit]]:
-    """Each request's hits from the engine's result lists, in the order the adapter sent the
-    queries: the ranked one, then for hybrid its dense and sparse companions (points with
-    ``id``, ``score``, ``payload``, ``vector``). The cosines no search returned are asked of the
-    store in one more round trip for all requests (``ask_cosines``: the adapter's dense searches
-    restricted to those points), only when some request lacks any; every list is then checked
-    by :func:`complete_hits` (``stored``: the store's point count under a request's filters)."""
-    scored = []
-    for request in requests:
-        rows = [(p.id, p.score, p.payload, p.vector) for p in next(results)]
-        companions = 2 if request.mode == "hybrid" else 0  # its dense and sparse searches alone
-        places = [[(p.id, p.score) for p in next(results)] for _ in range(companions)]
-        scored.append(ScoredPoints(request, rows, *places))
-    asking = [s for s in scored if s.missing_cosines]
-    answers = iter(ask_cosines(asking) if asking else [])
-    return [
-        complete_hits(s.request, s.hits(next(answers) if s.missing_cosines else None), stored) for s in scored
-    ]
-
-
-def _untied(points: Sequence[Any]) -> list[Any]:
-    """Points (id as text, score, ...) best first, equal scores (to 6 decimals) by point id."""
-    return sorted(points, key=lambda p: (-round(p[1], 6), p[0]))
-
-
-def _str_ids(points: Sequence[tuple[Any, float]]) -> list[tuple[str, float]]:
-    return [(str(pid), score) for pid, score in points]

@@ -3,7 +3,7 @@
 A Qdrant server may be down when ``lookup-knowledge mcp`` starts or go down while it serves.
 :class:`ReconnectingSearchPort` opens the store when a lookup needs it; when the store is
 unavailable (refused, timed out after ``store.timeout_s``, collection missing) the search raises
-:class:`~.search.StoreUnavailableError` (the lookup answers ``retrieval_failed``), the port drops
+:class:`~.errors.StoreUnavailableError` (the lookup answers ``retrieval_failed``), the port drops
 its client, and the next lookup opens it afresh: the server recovers without a restart. For
 ``retry_after_s`` after a failure the port fails at once with the same error, so the searches of
 one lookup (a filtered search and its retries) cost one timeout, not one each.
@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from .search import KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest, StoreUnavailableError
+from .errors import StoreUnavailableError
+from .search import KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
 
 RETRY_AFTER_S = 1.0
 T = TypeVar("T")

@@ -18,20 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .search import (
-    KnowledgeSearchPort,
-    KnowledgeStore,
-    SearchHit,
-    SearchRequest,
-    StoreLockedError,
-    process_note,
-    write_private,
-)
+from .errors import StoreLockedError
+from .search import KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
+from .text import escape_surrogates
 
 POLL_S = 0.1  # how often a waiting opener retries and the holder looks for a handover request
 
@@ -79,6 +75,28 @@ def open_shared(opener: Callable[[], KnowledgeStore], path: Path, wait_s: float)
 def holder_note(path: Path) -> Path:
     """The file in which the process holding the store at ``path`` names itself."""
     return path.with_name(path.name + ".holder")
+
+
+def process_note() -> str:
+    """This process as a note for lock files: its pid and program name (``lookup-knowledge mcp``:
+    the command's name, never its arguments, which may hold secrets), always encodable."""
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    command = ""
+    if program.startswith("lookup-knowledge") and len(sys.argv) > 1 and _COMMAND.fullmatch(sys.argv[1]):
+        command = sys.argv[1]  # our own CLI's first argument, when a plain word, is its command
+    return escape_surrogates(f"{os.getpid()} {program} {command}".strip())[:120]
+
+
+_COMMAND = re.compile(r"[a-z][a-z-]{0,30}")  # a subcommand's name (``mcp``, ``ingest``), not a value
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (mode 0600), whatever it holds
+    (lone surrogates from undecodable argv bytes are escaped)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as file:
+        os.fchmod(fd, 0o600)  # a file left by an older release keeps its mode otherwise
+        file.write(text)
 
 
 def handover_request(path: Path) -> Path:

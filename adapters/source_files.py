@@ -14,14 +14,12 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lookup_knowledge.adapters.search import SOURCE_FILE_FIELD
+from lookup_knowledge.adapters.payload import SOURCE_FILE_FIELD, SourceFilePayload
 from lookup_knowledge.adapters.text import printable_path
-
-INGESTED_AT_FIELD = "ingested_at"  # when the chunk's document version was written (ISO 8601, UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +57,14 @@ class SourceFile:
         surrogates) shown as ``\\xff`` escapes."""
         return printable_path(self.path)
 
-    def payload(self) -> dict[str, Any]:
+    def payload(self) -> SourceFilePayload:
         """The stamp as the payload keeps it; a file name that is not UTF-8 also as its bytes
         (hex), so the stale check still finds the file."""
-        fields = asdict(self)
+        fields = SourceFilePayload(
+            path=self.path, version=self.version, mtime_ns=self.mtime_ns, size=self.size
+        )
         if self.display_path != self.path:
-            fields |= {"path": self.display_path, "path_bytes": os.fsencode(self.path).hex()}
+            fields["path"], fields["path_bytes"] = self.display_path, os.fsencode(self.path).hex()
         return fields
 
 

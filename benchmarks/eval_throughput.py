@@ -30,7 +30,8 @@ from rich.table import Table
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.qdrant_edge_store import engine_queries
-from lookup_knowledge.adapters.search import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, SearchRequest
+from lookup_knowledge.adapters.qdrant_store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR
+from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.eval import metrics
 from lookup_knowledge.eval.batch import lookup_many

@@ -9,8 +9,20 @@ from typing import Any
 import pandas as pd
 
 from lookup_knowledge.adapters.l0_index import normalize
-from lookup_knowledge.adapters.search import HEADING_PATH_FIELD, LOCATION_FIELD, SearchHit, identity_key
-from lookup_knowledge.adapters.source_files import INGESTED_AT_FIELD, SourceFile
+from lookup_knowledge.adapters.payload import (
+    BREADCRUMB_FIELD,
+    CATEGORY_FIELD,
+    DOC_TYPE_FIELD,
+    ENTITIES_FIELD,
+    HEADING_PATH_FIELD,
+    INGESTED_AT_FIELD,
+    KEYWORDS_FIELD,
+    LOCATION_FIELD,
+    SOURCE_FIELD,
+    TITLE_FIELD,
+)
+from lookup_knowledge.adapters.search import SearchHit, identity_key
+from lookup_knowledge.adapters.source_files import SourceFile
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import BlockLocation, CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
@@ -20,10 +32,10 @@ from .retrieval import HybridFusion, SearchAttempt
 
 # L0 hint kind -> (the candidate payload field it is compared with, the rerank weight it earns)
 _HINT_KINDS = {
-    "domain": ("category", "domain_match"),  # payload field "category" holds the list
-    "entity": ("entities", "entity_match"),
-    "keyword": ("keywords", "keyword_match"),
-    "title": ("title", "title_match"),
+    "domain": (CATEGORY_FIELD, "domain_match"),  # the payload's category field holds the list
+    "entity": (ENTITIES_FIELD, "entity_match"),
+    "keyword": (KEYWORDS_FIELD, "keyword_match"),
+    "title": (TITLE_FIELD, "title_match"),
 }
 CANDIDATE_COLUMNS = frame_columns([
     "evidence_key", "doc_id", "chunk_index", "point_id", "source", "title", "breadcrumb",
@@ -118,16 +130,16 @@ def candidates_df(
         rows.append({
             "evidence_key": identity_key(hit, rank), "doc_id": hit.doc_id,
             "chunk_index": hit.chunk_index, "point_id": hit.point_id,
-            "source": payload.get("source"), "title": payload.get("title"),
-            "breadcrumb": payload.get("breadcrumb"),
-            "categories": tuple(payload.get("category") or ()), "doc_type": payload.get("doc_type"),
+            "source": payload.get(SOURCE_FIELD), "title": payload.get(TITLE_FIELD),
+            "breadcrumb": payload.get(BREADCRUMB_FIELD),
+            "categories": tuple(payload.get(CATEGORY_FIELD) or ()), "doc_type": payload.get(DOC_TYPE_FIELD),
             "content": hit.content, "score": hit.score, "normalized_score": hit.normalized_score,
             "rank_score": rank_score, "dense_score": hit.dense_score,
             "sparse_score": hit.sparse_score, "fused_score": hit.fused_score, "original_rank": rank,
             "hit_reasons": [f"vector:{attempt}", *signals]
             + [f"l0_{kind}:{term}" for kind, term in matches],
             "l0_matches": matches,
-            "instruction_like": payload_instruction_like(payload, payload.get("breadcrumb"), hit.content),
+            "instruction_like": payload_instruction_like(payload, payload.get(BREADCRUMB_FIELD), hit.content),
             "ingested_at": payload.get(INGESTED_AT_FIELD),
             "payload": payload,  # location and source file are read for the returned blocks only
         })  # fmt: skip

@@ -27,25 +27,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from lookup_knowledge.adapters.corpus import Corpus, SkippedFile, SourceDocument, read_corpus
 from lookup_knowledge.adapters.documents import DocumentLimits, forget_converted
 from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.errors import StoreUnavailableError
 from lookup_knowledge.adapters.l0_index import L0Document, L0Index
-from lookup_knowledge.adapters.search import (
-    ACCESS_FIELD,
-    DOC_CHUNKS_FIELD,
-    DOC_HASH_FIELD,
-    EVIDENCE_KEY_FIELD,
-    HEADING_PATH_FIELD,
-    LOCATION_FIELD,
-    KnowledgeStore,
-    StoredChunk,
-    StoredDocument,
-    StoreUnavailableError,
-    evidence_key,
-)
-from lookup_knowledge.adapters.source_files import INGESTED_AT_FIELD, SOURCE_FILE_FIELD
+from lookup_knowledge.adapters.payload import ChunkPayload, LocationPayload
+from lookup_knowledge.adapters.search import KnowledgeStore, StoredChunk, StoredDocument, evidence_key
 from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
 from lookup_knowledge.chunking import CHUNKING, Chunk, SourceSpan, chunk_document
 from lookup_knowledge.config import Config
-from lookup_knowledge.instruction_flag import PAYLOAD_FIELD as INSTRUCTION_LIKE_FIELD
 from lookup_knowledge.instruction_flag import block_markers
 from lookup_knowledge.stores import build_embedder, converted_dir, l0_index_path, open_store
 
@@ -317,33 +305,33 @@ class _ProgressLines:
         )
 
 
-def _payload(pending: _PendingChunk) -> dict[str, object]:
+def _payload(pending: _PendingChunk) -> ChunkPayload:
     doc, chunk = pending.doc, pending.chunk
-    return {
-        EVIDENCE_KEY_FIELD: evidence_key(doc.doc_id, chunk.chunk_index),
-        "doc_id": doc.doc_id,
-        "chunk_index": chunk.chunk_index,
-        "content": chunk.content,
-        "source": doc.source,
-        "title": doc.title,
-        "breadcrumb": chunk.breadcrumb,
-        "category": list(doc.categories),
-        "keywords": list(doc.keywords),
-        "entities": list(doc.entities),
-        "description": doc.description,
-        "doc_type": doc.doc_type,
-        DOC_HASH_FIELD: pending.doc_hash,
-        DOC_CHUNKS_FIELD: pending.doc_chunks,
-        INSTRUCTION_LIKE_FIELD: bool(block_markers(chunk.breadcrumb, chunk.content)),
-        LOCATION_FIELD: _location_payload(chunk.location),
-        HEADING_PATH_FIELD: list(chunk.heading_path),
-        INGESTED_AT_FIELD: pending.ingested_at,
-        SOURCE_FILE_FIELD: doc.file.payload() if doc.file else None,
-        ACCESS_FIELD: list(pending.access),
-    }
+    return ChunkPayload(
+        evidence_key=evidence_key(doc.doc_id, chunk.chunk_index),
+        doc_id=doc.doc_id,
+        chunk_index=chunk.chunk_index,
+        content=chunk.content,
+        source=doc.source,
+        title=doc.title,
+        breadcrumb=chunk.breadcrumb,
+        category=list(doc.categories),
+        keywords=list(doc.keywords),
+        entities=list(doc.entities),
+        description=doc.description,
+        doc_type=doc.doc_type,
+        doc_hash=pending.doc_hash,
+        doc_chunks=pending.doc_chunks,
+        instruction_like_v1=bool(block_markers(chunk.breadcrumb, chunk.content)),
+        location=_location_payload(chunk.location),
+        heading_path=list(chunk.heading_path),
+        ingested_at=pending.ingested_at,
+        source_file=doc.file.payload() if doc.file else None,
+        access=list(pending.access),
+    )
 
 
-def _location_payload(location: SourceSpan | None) -> dict[str, int | None] | None:
+def _location_payload(location: SourceSpan | None) -> LocationPayload | None:
     if location is None:
         return None
     return {

@@ -21,7 +21,8 @@ import re
 import unicodedata
 from collections.abc import Mapping
 
-PAYLOAD_FIELD = "instruction_like_v1"  # set at ingest; a new pattern set gets a new name
+from lookup_knowledge.adapters.payload import INSTRUCTION_LIKE_FIELD
+
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff]")
 _SPACE = re.compile(r"\s+")
 _W = r"[^.!?。！？\n]"  # a character within the same sentence
@@ -164,5 +165,5 @@ def block_markers(breadcrumb: str | None, content: str) -> list[str]:
 
 def payload_instruction_like(payload: Mapping[str, object], breadcrumb: str | None, content: str) -> bool:
     """The flag a chunk was stored with, or (a store ingested before this pattern set) computed now."""
-    stored = payload.get(PAYLOAD_FIELD)
+    stored = payload.get(INSTRUCTION_LIKE_FIELD)
     return stored if isinstance(stored, bool) else bool(block_markers(breadcrumb, content))

@@ -6,10 +6,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge.adapters.errors import StoreBackendError
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
-from lookup_knowledge.adapters.search import KnowledgeSearchPort, KnowledgeStore, StoreBackendError
+from lookup_knowledge.adapters.search import KnowledgeSearchPort, KnowledgeStore
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort, open_shared
 from lookup_knowledge.config import Config

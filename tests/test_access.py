@@ -37,11 +37,11 @@ from lookup_knowledge import AgentLookup, KnowledgeTool, ingest
 from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
+from lookup_knowledge.adapters.payload import ACCESS_FIELD
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore, engine_queries
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.adapters.search import (
-    ACCESS_FIELD,
     KnowledgeStore,
     SearchRequest,
     StoredChunk,

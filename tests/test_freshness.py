@@ -12,8 +12,9 @@ from conftest import SMALL_CORPUS, make_config, write_corpus
 
 from lookup_knowledge import AgentLookup, KnowledgeTool, ingest, ingestion
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
+from lookup_knowledge.adapters.payload import INGESTED_AT_FIELD, SOURCE_FILE_FIELD
 from lookup_knowledge.adapters.recorder import InvocationRecorder
-from lookup_knowledge.adapters.source_files import INGESTED_AT_FIELD, SOURCE_FILE_FIELD, SourceFile, is_stale
+from lookup_knowledge.adapters.source_files import SourceFile, is_stale
 from lookup_knowledge.agent.lookup import invocation_db_url
 from lookup_knowledge.config import Config
 

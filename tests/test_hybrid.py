@@ -25,18 +25,16 @@ from dataflow_fixtures import (
 from qdrant_client import QdrantClient, models
 
 from lookup_knowledge import KnowledgeTool
+from lookup_knowledge.adapters.errors import StoreOutdatedError
 from lookup_knowledge.adapters.l0_index import normalize
+from lookup_knowledge.adapters.payload import DOC_CHUNKS_FIELD, DOC_HASH_FIELD, EVIDENCE_KEY_FIELD
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import (
-    DOC_CHUNKS_FIELD,
-    DOC_HASH_FIELD,
-    EVIDENCE_KEY_FIELD,
     KnowledgeStore,
     SearchHit,
     SearchRequest,
     StoredChunk,
-    StoreOutdatedError,
     evidence_key,
 )
 from lookup_knowledge.adapters.sparse import (

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from lookup_knowledge import sample_knowledge_base
 from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.adapters.l0_index import L0Index
+from lookup_knowledge.adapters.payload import DOC_ID_FIELD, PAYLOAD_FIELDS, ChunkPayload, payload_field
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import SearchHit, SearchRequest
 from lookup_knowledge.chunking import chunk_document
@@ -114,6 +115,27 @@ def test_stored_chunks_carry_evidence_payload(sample: SampleIngest, embedder) ->
     assert hit.payload["category"] == ["infrastructure"]
     assert hit.payload["doc_type"] == "runbook"
     assert "Kafka" in hit.payload["keywords"]
+
+
+STORED_KEYS = {  # what every release since access control writes: a rename needs a re-ingest
+    "evidence_key", "doc_id", "chunk_index", "content", "source", "title", "breadcrumb", "category",
+    "keywords", "entities", "description", "doc_type", "doc_hash", "doc_chunks", "instruction_like_v1",
+    "location", "heading_path", "ingested_at", "source_file", "access",
+}  # fmt: skip
+
+
+def test_every_stored_payload_has_exactly_the_schemas_keys(sample: SampleIngest, embedder) -> None:
+    with opened(sample.config) as store:
+        hits = store.search(SearchRequest("all", embedder.embed_query("anything").tolist(), top_k=1000))
+    assert len(hits) == sample.expected_chunks
+    assert PAYLOAD_FIELDS == set(ChunkPayload.__annotations__) == STORED_KEYS
+    assert all(set(hit.payload) == PAYLOAD_FIELDS for hit in hits)
+    assert {hit.payload[DOC_ID_FIELD] for hit in hits} >= {"infrastructure/kafka-operations-runbook.md"}
+
+
+def test_a_field_name_outside_the_schema_is_refused() -> None:
+    with pytest.raises(TypeError, match="not a field of ChunkPayload"):
+        payload_field("doc_title")
 
 
 def test_every_stored_chunk_is_located_in_its_source_file(sample: SampleIngest, embedder) -> None:

@@ -12,12 +12,10 @@ import numpy as np
 import pytest
 
 from lookup_knowledge.adapters import qdrant_client_store, qdrant_edge_store
+from lookup_knowledge.adapters.payload import DOC_CHUNKS_FIELD, DOC_HASH_FIELD, EVIDENCE_KEY_FIELD
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore, StoreUnavailableError
 from lookup_knowledge.adapters.search import (
-    DOC_CHUNKS_FIELD,
-    DOC_HASH_FIELD,
-    EVIDENCE_KEY_FIELD,
     KnowledgeSearchPort,
     KnowledgeStore,
     SearchRequest,

@@ -20,9 +20,10 @@ from typing import Any
 from threadpoolctl import ThreadpoolController
 
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
+from lookup_knowledge.adapters.errors import StoreError
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.redaction import mask_secrets
-from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, StoreError, access_scope
+from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, access_scope
 from lookup_knowledge.agent.request import (
     failure_result,
     lookup_request,

@@ -18,8 +18,8 @@ from rich.table import Table
 
 from lookup_knowledge.adapters.corpus import CorpusError
 from lookup_knowledge.adapters.embedder import EmbedderError
+from lookup_knowledge.adapters.errors import StoreError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
-from lookup_knowledge.adapters.search import StoreError
 from lookup_knowledge.agent.invocation_row import invocation_row
 from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, new_session_id
 from lookup_knowledge.agent.request import failure_result, query_problem, session_key

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from lookup_knowledge.adapters.search import StoreError
+from lookup_knowledge.adapters.errors import StoreError
 from lookup_knowledge.cli.output import console, fail, note
 from lookup_knowledge.config import ConfigError, load_config, parse_override
 from lookup_knowledge.eval.data import (

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from lookup_knowledge.adapters.embedder import EncodePath
+from lookup_knowledge.adapters.errors import StoreError
 from lookup_knowledge.adapters.redaction import mask_secrets
-from lookup_knowledge.adapters.search import StoreError
 from lookup_knowledge.config import Config
 from lookup_knowledge.stores import build_embedder, open_store
 

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from lookup_knowledge.adapters.search import StoreError
+from lookup_knowledge.adapters.errors import StoreError
 from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
 from lookup_knowledge.cli.display import print_result
 from lookup_knowledge.cli.output import console, fail, note

@@ -14,10 +14,10 @@ import pytest
 from conftest import SMALL_CORPUS, make_config, write_corpus, write_markdown
 
 from lookup_knowledge import KnowledgeTool
+from lookup_knowledge.adapters.payload import INSTRUCTION_LIKE_FIELD
 from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.ingestion import ingest
 from lookup_knowledge.instruction_flag import (
-    PAYLOAD_FIELD,
     instruction_markers,
     payload_instruction_like,
     reads_as_instructions,
@@ -61,7 +61,7 @@ def test_simple_disguises_are_normalized_away(text: str) -> None:
 def test_a_payload_from_an_older_ingest_is_checked_at_lookup() -> None:
     assert payload_instruction_like({}, None, INJECTION) is True
     assert payload_instruction_like({}, None, "Refunds take five days.") is False
-    assert payload_instruction_like({PAYLOAD_FIELD: False}, None, INJECTION) is False  # the stored flag
+    assert payload_instruction_like({INSTRUCTION_LIKE_FIELD: False}, None, INJECTION) is False  # stored flag
 
 
 def test_a_lookup_marks_the_injected_block_and_not_the_normal_one(tmp_path: Path, embedder) -> None:
@@ -74,7 +74,7 @@ def test_a_lookup_marks_the_injected_block_and_not_the_normal_one(tmp_path: Path
         hits = store.search(SearchRequest("all", embedder.embed_query("refund").tolist(), top_k=50))
     finally:
         store.close()
-    stored = {hit.doc_id: hit.payload[PAYLOAD_FIELD] for hit in hits}
+    stored = {hit.doc_id: hit.payload[INSTRUCTION_LIKE_FIELD] for hit in hits}
     assert stored["override"] is True and stored["refunds"] is False
 
     with KnowledgeTool(config, embedder=embedder) as tool:

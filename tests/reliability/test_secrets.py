@@ -27,10 +27,10 @@ from mcp import Client
 from test_mcp_frames import STARTUP_TIMEOUT_S, RawServer
 from typer.testing import CliRunner
 
+from lookup_knowledge.adapters.errors import StoreBackendError, StoreLockedError
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.adapters.redaction import mask_secrets
-from lookup_knowledge.adapters.search import StoreBackendError, StoreLockedError, process_note
-from lookup_knowledge.adapters.shared_store import holder_note
+from lookup_knowledge.adapters.shared_store import holder_note, process_note
 from lookup_knowledge.agent.lookup import AgentLookup
 from lookup_knowledge.agent.mcp_server import build_server
 from lookup_knowledge.cli.app import app

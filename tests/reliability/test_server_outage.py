@@ -17,8 +17,9 @@ from conftest import make_config
 from mcp import Client, StdioServerParameters
 
 from lookup_knowledge import ingest
+from lookup_knowledge.adapters.errors import StoreMissingError, StoreUnavailableError
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
-from lookup_knowledge.adapters.search import SearchRequest, StoreMissingError, StoreUnavailableError
+from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.agent.lookup import AgentLookup
 from lookup_knowledge.agent.tool_definition import TOOL_NAME

@@ -14,14 +14,14 @@ import pytest
 from conftest import make_config
 from typer.testing import CliRunner
 
-from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
-from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
-from lookup_knowledge.adapters.search import (
+from lookup_knowledge.adapters.errors import (
     StoreError,
     StoreLockedError,
     StoreMissingError,
     StoreUnavailableError,
 )
+from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
+from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.stores import open_store
 
