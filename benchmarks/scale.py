@@ -43,7 +43,7 @@ from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.config import Config
 from lookup_knowledge.eval.batch import lookup_many
-from lookup_knowledge.ingestion import _payload, _PendingChunk, _sparse_text, document_hash
+from lookup_knowledge.ingestion import _payload, _PendingChunk, _sparse_text, document_access, document_hash
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
 
 CATEGORIES = ("astronomy", "botany", "chemistry", "dentistry", "ecology", "forestry", "geology", "hydro")
@@ -107,8 +107,9 @@ def build(store: Path, size: int, config: Config, pairs: list, vectors: np.ndarr
                     seen.add(copy.doc_id)
                     l0_docs.append(L0Document(copy.doc_id, copy.title, copy.keywords, copy.categories, ()))
                 doc_hash = document_hash(copy, config, model)
-                pending = _PendingChunk(copy, chunk, doc_hash, chunks_per_doc[doc.doc_id], INGESTED_AT)
-                payload = _payload(pending)
+                chunks = chunks_per_doc[doc.doc_id]
+                access = document_access(copy, config)
+                payload = _payload(_PendingChunk(copy, chunk, doc_hash, chunks, INGESTED_AT, access))
                 batch.append(StoredChunk(noisy[i], payload, _perturbed(sparse[i], rng, replica)))
                 if len(batch) >= WRITE_GROUP or i == take - 1:
                     started = time.perf_counter()
@@ -142,7 +143,7 @@ def build(store: Path, size: int, config: Config, pairs: list, vectors: np.ndarr
 
 
 def _pending(doc: Any, chunk: Any, doc_hash: str) -> _PendingChunk:
-    return _PendingChunk(doc, chunk, doc_hash, 1, "")
+    return _PendingChunk(doc, chunk, doc_hash, 1, "", ())
 
 
 def _perturbed(vector: SparseVector, rng: np.random.Generator, replica: int) -> SparseVector:
