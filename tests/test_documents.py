@@ -247,21 +247,28 @@ def test_a_file_over_the_size_limit_is_skipped_unread(tmp_path: Path) -> None:
     assert corpus.skipped[0].reason.startswith("file too large (")
 
 
-def test_a_conversion_past_the_time_limit_is_killed_and_the_next_file_converted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The first worker hangs (a fault injected: a process that never answers); it is killed at
-    the limit, its file named, and a fresh worker converts the next file."""
-    (tmp_path / "a.pdf").write_bytes(pdf_bytes(["First file"]))
-    (tmp_path / "b.pdf").write_bytes(pdf_bytes(["Second file"]))
+def _first_worker_faulted(folder: Path, monkeypatch: pytest.MonkeyPatch, fault: str) -> list[int]:
+    """Two PDFs in ``folder``; the first conversion worker started runs ``fault`` (Python code)
+    instead of the converter, later ones are real. Returns the list of worker starts."""
+    (folder / "a.pdf").write_bytes(pdf_bytes(["First file"]))
+    (folder / "b.pdf").write_bytes(pdf_bytes(["Second file"]))
     real = ConversionWorker._command
     starts: list[int] = []
 
     def command(self: ConversionWorker) -> list[str]:
         starts.append(1)
-        return [sys.executable, "-c", "import time; time.sleep(60)"] if len(starts) == 1 else real(self)
+        return [sys.executable, "-c", fault] if len(starts) == 1 else real(self)
 
     monkeypatch.setattr(ConversionWorker, "_command", command)
+    return starts
+
+
+def test_a_conversion_past_the_time_limit_is_killed_and_the_next_file_converted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first worker hangs (a fault injected: a process that never answers); it is killed at
+    the limit, its file named, and a fresh worker converts the next file."""
+    starts = _first_worker_faulted(tmp_path, monkeypatch, "import time; time.sleep(60)")
     corpus = read_corpus(tmp_path, document_limits=DocumentLimits(timeout_s=1.0))
     assert [(s.path, s.reason) for s in corpus.skipped] == [
         ("a.pdf", "conversion took over ingest.documents.timeout_s (1 s)")
@@ -272,17 +279,7 @@ def test_a_conversion_past_the_time_limit_is_killed_and_the_next_file_converted(
 
 def test_a_worker_that_dies_is_named_and_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault injected: the first worker exits mid-request (as a crash in a C library would)."""
-    (tmp_path / "a.pdf").write_bytes(pdf_bytes(["First file"]))
-    (tmp_path / "b.pdf").write_bytes(pdf_bytes(["Second file"]))
-    real = ConversionWorker._command
-    starts: list[int] = []
-
-    def command(self: ConversionWorker) -> list[str]:
-        starts.append(1)
-        crash = [sys.executable, "-c", "import sys; sys.stdin.buffer.read(8); sys.exit(3)"]
-        return crash if len(starts) == 1 else real(self)
-
-    monkeypatch.setattr(ConversionWorker, "_command", command)
+    _first_worker_faulted(tmp_path, monkeypatch, "import sys; sys.stdin.buffer.read(8); sys.exit(3)")
     corpus = read_corpus(tmp_path)
     assert [(s.path, s.reason) for s in corpus.skipped] == [
         ("a.pdf", "the converter crashed (worker exit code 3)")
