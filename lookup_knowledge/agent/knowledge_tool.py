@@ -79,7 +79,7 @@ class KnowledgeTool:
         if search_port is None and config.l1.enabled:
             # opened before the model loads; handed over to an ingest that asks, then reopened
             search_port = self._owned_store = open_search_port(
-                config, on_reopen=self._reload_l0_index, require_store=_store_required(config, require_store)
+                config, on_reopen=self._store_reopened, require_store=_store_required(config, require_store)
             )
         self.search_port = search_port
         # the store's probe null, measured at first lookup (shared by the tool's variants)
@@ -248,8 +248,16 @@ class KnowledgeTool:
         if self._l0_from_file and _file_stamp(l0_index_path(self.config)) != self._l0_stamp:
             self._reload_l0_index()
 
+    def _store_reopened(self) -> None:
+        """The store was handed over (another process may have ingested): the L0 index read
+        again unless this tool already read the file as it is now, the probe null measured again."""
+        if not self._l0_from_file or _file_stamp(l0_index_path(self.config)) != self._l0_stamp:
+            self._reload_l0_index()
+        else:
+            self.store_calibration.reset()
+
     def _reload_l0_index(self) -> None:
-        """Read the L0 index again (the store was handed over: another process may have ingested)."""
+        """Read the L0 index from its file, and forget the probe null (the store may hold new data)."""
         path = l0_index_path(self.config)
         self._l0_stamp = _file_stamp(path)
         self.l0_index = L0Index.load(path)
