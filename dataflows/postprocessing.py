@@ -277,33 +277,24 @@ def ranked_evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
     return [_evidence_block(row, SourceFile.from_payload(row["payload"])) for row in records(reranked_df)]
 
 
+_BLOCK_FIELDS = (
+    "evidence_key", "doc_id", "chunk_index", "source", "title", "breadcrumb", "content", "score",
+    "normalized_score", "dense_score", "sparse_score", "fused_score", "rerank_score", "rank",
+    "hit_reasons", "instruction_like", "ingested_at",
+)  # fmt: skip  # the reranked columns an evidence block carries as they are
+
+
 def _evidence_block(row: Mapping[str, Any], source_file: SourceFile | None) -> EvidenceBlock:
     return EvidenceBlock(
-        evidence_key=row["evidence_key"],
-        doc_id=row["doc_id"],
-        chunk_index=row["chunk_index"],
-        source=row["source"],
-        title=row["title"],
-        breadcrumb=row["breadcrumb"],
+        **{name: row[name] for name in _BLOCK_FIELDS},
         category=", ".join(row["categories"]) or None,
-        content=row["content"],
-        score=row["score"],
-        normalized_score=row["normalized_score"],
-        dense_score=row["dense_score"],
-        sparse_score=row["sparse_score"],
-        fused_score=row["fused_score"],
-        rerank_score=row["rerank_score"],
-        rank=row["rank"],
-        hit_reasons=row["hit_reasons"],
-        instruction_like=row["instruction_like"],
-        location=block_location(row["payload"]),
-        ingested_at=row["ingested_at"],
+        location=_block_location(row["payload"]),
         source_path=source_file.display_path if source_file else None,
         source_version=source_file.version if source_file else None,
     )
 
 
-def block_location(payload: Mapping[str, Any]) -> BlockLocation | None:
+def _block_location(payload: Mapping[str, Any]) -> BlockLocation | None:
     """The chunk's location from its payload; ``None`` for a store ingested before locations."""
     location = payload.get(LOCATION_FIELD)
     if not isinstance(location, Mapping):

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from hamilton.lifecycle import GraphExecutionHook, NodeExecutionHook
+from hamilton.node import DependencyType
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -59,6 +60,23 @@ def test_a_user_adapter_sees_each_lookup_as_one_run(sample_store: Path, embedder
     assert graph_events[0][1] == graph_events[1][1] != graph_events[2][1]  # one run id per lookup
     first_nodes = [name for kind, name in recorder.events[1 : recorder.events.index(graph_events[1])]]
     assert first_nodes == [node.name for node in first.retrieval_trace.executed_nodes]
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid"])
+def test_every_input_of_the_dag_is_one_the_tool_supplies(sample_store: Path, embedder, mode: str) -> None:
+    """A public helper in a dataflow module becomes a node of its own, with inputs nobody passes
+    (such a stray node once showed in every rendered DAG): each external input must be supplied."""
+    config = load_config(overrides={"store.path": str(sample_store), "retrieval.mode": mode})
+    with KnowledgeTool(config, embedder=embedder) as tool:
+        supplied = set(tool.dataflow_inputs(REFUND_QUERY)) | set(tool.driver.graph.config)
+        optional = {
+            name
+            for node in tool.driver.graph.nodes.values()
+            for name, (_, kind) in node.input_types.items()
+            if kind == DependencyType.OPTIONAL
+        }
+        external = {node.name for node in tool.driver.graph.nodes.values() if node.user_defined}
+    assert external - supplied - optional == set()
 
 
 def test_opentelemetry_span_tree_of_a_fallback_lookup(
