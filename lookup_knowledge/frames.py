@@ -1,8 +1,14 @@
 """Small-DataFrame helpers for the per-query hot path (tens of rows, where pandas' per-call
-overhead, not the data, dominates)."""
+overhead, not the data, dominates).
+
+The frames these build are values, as every node output is: never changed in place. A frame
+keeps the rows it was built from (copies), so :func:`records` of it, which several nodes read
+(the screened candidates three times), copies dicts instead of rebuilding them from cells.
+"""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from itertools import chain
 from operator import itemgetter
@@ -12,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 _OBJECT = np.dtype(object)  # a numpy dtype, not ``object``: pandas then skips its dtype-registry lookup
+_BUILT_FROM: dict[int, list[dict[str, Any]]] = {}  # id of a live object_frame -> its rows
 
 
 def frame_columns(names: Iterable[str]) -> pd.Index:
@@ -28,11 +35,19 @@ def object_frame(rows: list[dict[str, Any]], columns: pd.Index) -> pd.DataFrame:
     row_values = itemgetter(*columns) if len(columns) > 1 else lambda row: (row[columns[0]],)
     cells = chain.from_iterable(map(row_values, rows))
     values = np.fromiter(cells, dtype=_OBJECT, count=len(rows) * len(columns))
-    return pd.DataFrame(values.reshape(len(rows), len(columns)), columns=columns, dtype=_OBJECT, copy=False)
+    frame = pd.DataFrame(values.reshape(len(rows), len(columns)), columns=columns, dtype=_OBJECT, copy=False)
+    if all(len(row) == len(columns) for row in rows):  # each row exactly the frame's cells
+        _BUILT_FROM[id(frame)] = [row.copy() for row in rows]
+        weakref.finalize(frame, _BUILT_FROM.pop, id(frame), None)
+    return frame
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as dicts via one array conversion (``to_dict("records")`` indexes every cell: ~30x slower)."""
+    """Rows as dicts (fresh ones: a caller may change them): copies of the rows an
+    :func:`object_frame` was built from, else via one array conversion (``to_dict("records")``
+    indexes every cell: ~30x slower)."""
+    if (rows := _BUILT_FROM.get(id(frame))) is not None:
+        return [row.copy() for row in rows]
     columns = frame.columns.tolist()
     return [dict(zip(columns, row, strict=False)) for row in frame.to_numpy(dtype=_OBJECT).tolist()]
 

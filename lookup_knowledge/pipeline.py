@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import Any
 
 from hamilton import driver
@@ -115,10 +116,20 @@ def execute_requests(
 ) -> dict[str, Any]:
     """The DAG run up to :data:`REQUEST_NODE` (what to ask the store, unsent): every node it
     computed, to be handed back as overrides with the answers (batched eval)."""
-    upstream = dataflow.what_is_upstream_of(REQUEST_NODE)  # REQUEST_NODE among them
-    computed = [v.name for v in upstream if not v.is_external_input and v.name != REQUEST_NODE]
-    # REQUEST_NODE first: its dependencies run in the order a whole lookup runs them
-    return dataflow.execute([REQUEST_NODE, *computed], inputs=inputs, overrides=overrides or {})
+    return dataflow.execute(list(_request_outputs(dataflow)), inputs=inputs, overrides=overrides or {})
+
+
+_REQUEST_OUTPUTS: weakref.WeakKeyDictionary[driver.Driver, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def _request_outputs(dataflow: driver.Driver) -> tuple[str, ...]:
+    """:data:`REQUEST_NODE` and every node upstream of it, per driver (a walk of its graph)."""
+    if (outputs := _REQUEST_OUTPUTS.get(dataflow)) is None:
+        upstream = dataflow.what_is_upstream_of(REQUEST_NODE)  # REQUEST_NODE among them
+        computed = [v.name for v in upstream if not v.is_external_input and v.name != REQUEST_NODE]
+        # REQUEST_NODE first: its dependencies run in the order a whole lookup runs them
+        outputs = _REQUEST_OUTPUTS[dataflow] = (REQUEST_NODE, *computed)
+    return outputs
 
 
 def execute_lookup(

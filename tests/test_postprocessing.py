@@ -28,6 +28,7 @@ from lookup_knowledge.dataflows.postprocessing import (
     screened_df,
 )
 from lookup_knowledge.dataflows.retrieval import HybridFusion, SearchAttempt
+from lookup_knowledge.frames import frame_columns, object_frame, records
 
 NO_HINTS = L0Hints()
 
@@ -447,3 +448,16 @@ def test_hits_without_doc_id_or_source_among_others_become_evidence_blocks():
         ("b#chunk-3", "b", "b.md", "B"),
     ]
     assert blocks[0].chunk_index is None
+
+
+def test_records_of_a_built_frame_are_its_cells_and_fresh_dicts_each_time():
+    rows = [{"a": 1, "b": ["x"]}, {"a": 2, "b": []}]
+    frame = object_frame(rows, frame_columns(["a", "b"]))
+    rows[0]["a"] = 99  # the frame is a value: changing the rows it came from changes nothing
+    first = records(frame)
+    assert first == [{"a": 1, "b": ["x"]}, {"a": 2, "b": []}]
+    first[1]["a"] = -1  # nor does changing what a reader got
+    assert records(frame) == [{"a": 1, "b": ["x"]}, {"a": 2, "b": []}]
+    assert records(frame) == frame.to_dict("records")
+    wider = object_frame([{"a": 3, "b": [], "extra": 0}], frame_columns(["a", "b"]))
+    assert records(wider) == [{"a": 3, "b": []}]  # only the frame's columns
