@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from lookup_knowledge.adapters.dask_cluster import DaskEmbedder
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.errors import StoreBackendError
 from lookup_knowledge.adapters.l0_index import L0Index
@@ -21,6 +24,14 @@ def build_embedder(config: Config) -> SentenceTransformerEmbedder:
     e = config.embedder
     return SentenceTransformerEmbedder(
         e.model, batch_size=e.batch_size, device=e.device, backend=e.backend, quantize=e.quantize
+    )
+
+
+def build_cluster_embedder(config: Config, client: Any) -> DaskEmbedder:
+    """The configured embedder run on the Dask cluster behind ``client``: every worker builds it
+    from ``config`` (its own device and backend), one model batch per task."""
+    return DaskEmbedder(
+        client, functools.partial(build_embedder, config), config.embedder.model, config.embedder.batch_size
     )
 
 
