@@ -51,10 +51,11 @@ def connect(address: str) -> Any:
 
 
 class DaskEmbedder(Embedder):
-    """Texts embedded on the Dask cluster behind ``client``, in pieces of ``piece_size`` run in
-    parallel and returned in order. Each task builds its embedder on the worker with ``factory``
-    (cheap: the model loads once per worker process and stays loaded there); only texts go out
-    and vectors come back."""
+    """Texts embedded on the Dask cluster behind ``client``: split in pieces run in parallel and
+    returned in order, ``piece_size`` texts each (one model batch), smaller when that leaves
+    worker threads idle. Each task builds its embedder on the worker with ``factory`` (cheap: the
+    model loads once per worker process and stays loaded there); only texts go out and vectors
+    come back."""
 
     def __init__(self, client: Any, factory: EmbedderFactory, model_name: str, piece_size: int = 64) -> None:
         if piece_size < 1:
@@ -82,7 +83,8 @@ class DaskEmbedder(Embedder):
     ) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        size = self._piece_size
+        threads = sum(self._client.nthreads().values()) or 1
+        size = max(1, min(self._piece_size, -(-len(texts) // threads)))  # a piece for every thread
         pieces = [list(texts[start : start + size]) for start in range(0, len(texts), size)]
         futures = self._client.map(task, [self._factory] * len(pieces), pieces, pure=False)
         return np.concatenate(self._gathered(futures))

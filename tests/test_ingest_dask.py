@@ -151,3 +151,30 @@ def _points(records: list[Any]) -> dict[str, Point]:
 
 def l0_index(config: Config) -> Any:
     return json.loads(l0_index_path(config).read_text(encoding="utf-8"))
+
+
+def test_a_scheduler_without_workers_is_refused_naming_the_wait() -> None:
+    with (
+        distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as empty,
+        dask.config.set({"distributed.comm.timeouts.connect": "1s"}),
+        pytest.raises(
+            ClusterUnavailableError, match=r"has no workers \(waited 1s\): start one with `dask worker"
+        ),
+    ):
+        connect(empty.scheduler_address)
+
+
+def test_texts_spread_over_every_worker_thread_come_back_in_order(embedder: Embedder) -> None:
+    texts = [f"passage {i}: " + "refunds and chargebacks " * i for i in range(8)]
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=4, processes=False, dashboard_address=":0"
+        ) as four_threads,
+        distributed.Client(four_threads) as client,
+        distributed.get_task_stream(client) as stream,
+    ):
+        rows = DaskEmbedder(client, lambda: embedder, embedder.model_name, piece_size=64).embed_documents(
+            texts
+        )
+    assert len(stream.data) == 4  # pieces of 2 texts, one per thread, not one piece of 64
+    np.testing.assert_allclose(rows, embedder.embed_documents(texts), rtol=0, atol=1e-5)
