@@ -9,6 +9,7 @@ its workers while the caller keeps the store writes (the ``dask`` extra).
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,12 +19,14 @@ from .embedder import Embedder, EmbedderError
 from .redaction import mask_secrets
 from .text import first_line
 
+PACKAGE = "lookup-knowledge"
 EmbedderFactory = Callable[[], Embedder]
 WorkerTask = Callable[[EmbedderFactory, list[str]], np.ndarray]
 
 
 class ClusterUnavailableError(RuntimeError):
-    """No Dask scheduler at the address, or one without workers (the message is one line)."""
+    """No Dask scheduler at the address, one without workers, or workers that cannot run
+    lookup-knowledge's tasks (the message is one line)."""
 
 
 def connect(address: str) -> Any:
@@ -41,13 +44,38 @@ def connect(address: str) -> Any:
         raise ClusterUnavailableError(f"no Dask scheduler at {where}: {first_line(exc)}") from None
     try:
         client.wait_for_workers(1, timeout=timeout)
+        _check_versions(client)
     except TimeoutError:
         client.close()
         raise ClusterUnavailableError(
             f"the Dask scheduler at {where} has no workers (waited {timeout}): start one with "
             f"`dask worker {where}`"
         ) from None
+    except BaseException:
+        client.close()
+        raise
     return client
+
+
+def _check_versions(client: Any) -> None:
+    """Refuse workers that do not run this lookup-knowledge version: a worker without the package
+    cannot even read a task of it (its connection fails, the task waits forever), and another
+    version may embed differently. Asked with a standard-library function, which every worker
+    can read."""
+    mine = installed_version()
+    found = client.run(importlib.metadata.version, PACKAGE, on_error="return")
+    other = {worker: "none" if isinstance(v, Exception) else v for worker, v in found.items() if v != mine}
+    if other:
+        listed = ", ".join(f"{worker} ({version})" for worker, version in sorted(other.items()))
+        raise ClusterUnavailableError(
+            f"Dask workers without {PACKAGE} {mine}: {listed}; install it on every worker "
+            f"(pip install '{PACKAGE}[dask]=={mine}')"
+        )
+
+
+def installed_version() -> str:
+    """This process's lookup-knowledge version, which every worker must run."""
+    return importlib.metadata.version(PACKAGE)
 
 
 class DaskEmbedder(Embedder):

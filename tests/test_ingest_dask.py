@@ -4,6 +4,7 @@ reached is one line."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from qdrant_client import QdrantClient
 from typer.testing import CliRunner
 
 from lookup_knowledge import ingest
+from lookup_knowledge.adapters import dask_cluster
 from lookup_knowledge.adapters.dask_cluster import ClusterUnavailableError, DaskEmbedder, connect
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.qdrant_store import DENSE_VECTOR, SPARSE_VECTOR
@@ -86,6 +88,36 @@ def test_ingest_dask_with_nobody_at_the_address_is_one_line(corpus: Path, tmp_pa
     assert result.stderr.startswith("error: no Dask scheduler at tcp://127.0.0.1:1: Timed out")
     assert "Traceback" not in result.output
     assert not (tmp_path / "s").exists()  # nothing was ingested
+
+
+def test_ingest_dask_with_watch_is_refused(corpus: Path, tmp_path: Path) -> None:
+    args = [
+        "ingest",
+        str(corpus),
+        "--watch",
+        "--dask",
+        "tcp://127.0.0.1:1",
+        "--set",
+        f"store.path={tmp_path}",
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "--dask and --watch do not go together" in result.stderr
+
+
+def test_workers_on_another_version_are_refused_naming_them(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dask_cluster, "installed_version", lambda: "9.9.9")  # this process's version
+    with pytest.raises(ClusterUnavailableError) as refused:
+        connect(cluster.scheduler_address)
+    worker, version = (
+        next(iter(cluster.scheduler_info["workers"])),
+        importlib.metadata.version("lookup-knowledge"),
+    )
+    assert str(refused.value).startswith(
+        f"Dask workers without lookup-knowledge 9.9.9: {worker} ({version});"
+    )
 
 
 def test_a_malformed_address_is_refused_at_once() -> None:
