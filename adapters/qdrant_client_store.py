@@ -2,6 +2,7 @@
 
 >>> store = QdrantClientStore("knowledge", 384, url="http://qdrant:6333")  # doctest: +SKIP
 >>> store = QdrantClientStore("knowledge", 384, location=":memory:")  # tests, no server
+>>> layout = ClusterLayout(shard_number=6, replication_factor=2)  # a new collection on a cluster
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,16 @@ _SCROLL_PAGE = 1024
 _UPSERT_BATCH = 256
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterLayout:
+    """How a Qdrant cluster spreads a collection it creates (None: the server's default). Local
+    mode accepts and ignores them, as qdrant-client does; an existing collection keeps its own."""
+
+    shard_number: int | None = None
+    replication_factor: int | None = None
+    write_consistency_factor: int | None = None
+
+
 class QdrantClientStore(QdrantStore):
     """A Qdrant collection reached by URL (API key from the caller), local path or ``:memory:``:
     named dense and BM25 sparse vectors (IDF applied by the server), as the embedded store."""
@@ -48,9 +60,11 @@ class QdrantClientStore(QdrantStore):
         location: str | Path | None = None,
         timeout_s: float | None = None,
         create: bool = True,
+        layout: ClusterLayout = ClusterLayout(),
     ) -> None:
         self.collection = collection
         self.dimension = dimension
+        self.layout = layout
         self._where = mask_secrets(url or str(location))  # named in messages: credentials masked
         if url:  # every request, the connection included, is bounded by ``timeout_s``
             try:
@@ -93,6 +107,7 @@ class QdrantClientStore(QdrantStore):
                 sparse_vectors_config={
                     SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)
                 },
+                **asdict(self.layout),
             )
             with warnings.catch_warnings():  # local mode has no payload indexes and says so
                 warnings.simplefilter("ignore")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lookup_knowledge.adapters.redaction import mask_secrets
 from lookup_knowledge.contract import FallbackRule, FusionMethod, RetrievalMode
@@ -23,6 +23,8 @@ from lookup_knowledge.extras import MissingExtraError, require
 DEFAULT_RETRIEVE_K = 20
 DEFAULT_RETURN_N = 5
 QDRANT_API_KEY_ENV = "QDRANT_API_KEY"
+# How a new server collection is spread over a Qdrant cluster (None: the server's default).
+CLUSTER_SETTINGS = ("shard_number", "replication_factor", "write_consistency_factor")
 
 
 class ConfigError(ValueError):
@@ -41,6 +43,9 @@ class StoreConfig(_Section):
     collection: str = Field("knowledge", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     timeout_s: float = Field(5.0, gt=0, le=600)
     lock_wait_s: float = Field(10.0, ge=0, le=3600)
+    shard_number: int | None = Field(None, ge=1)
+    replication_factor: int | None = Field(None, ge=1)
+    write_consistency_factor: int | None = Field(None, ge=1)
 
     @field_validator("path", mode="before")
     @classmethod
@@ -48,6 +53,23 @@ class StoreConfig(_Section):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)
         return value
+
+    @model_validator(mode="after")
+    def _cluster_settings(self) -> StoreConfig:
+        """Cluster settings only where a Qdrant server creates the collection, and consistent."""
+        given = [f"store.{name}" for name in CLUSTER_SETTINGS if getattr(self, name) is not None]
+        if given and self.backend == "edge":
+            raise ValueError(
+                f"{', '.join(given)}: how a Qdrant server spreads a collection (store.backend: qdrant); "
+                "the embedded edge store is one local shard without replicas"
+            )
+        factor, copies = self.write_consistency_factor, self.replication_factor
+        if factor is not None and copies is not None and factor > copies:
+            raise ValueError(
+                f"store.write_consistency_factor ({factor}) exceeds store.replication_factor ({copies}): "
+                "no write could gather that many replica acknowledgements"
+            )
+        return self
 
     @property
     def api_key(self) -> str | None:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from lookup_knowledge.adapters.dask_cluster import DaskEmbedder
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.errors import StoreBackendError
 from lookup_knowledge.adapters.l0_index import L0Index
-from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
+from lookup_knowledge.adapters.qdrant_client_store import ClusterLayout, QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, KnowledgeStore
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort, open_shared
-from lookup_knowledge.config import Config
+from lookup_knowledge.config import CLUSTER_SETTINGS, Config
 
 
 def build_embedder(config: Config) -> SentenceTransformerEmbedder:
@@ -21,6 +24,14 @@ def build_embedder(config: Config) -> SentenceTransformerEmbedder:
     e = config.embedder
     return SentenceTransformerEmbedder(
         e.model, batch_size=e.batch_size, device=e.device, backend=e.backend, quantize=e.quantize
+    )
+
+
+def build_cluster_embedder(config: Config, client: Any) -> DaskEmbedder:
+    """The configured embedder run on the Dask cluster behind ``client``: every worker builds it
+    from ``config`` (its own device and backend), one model batch per task."""
+    return DaskEmbedder(
+        client, functools.partial(build_embedder, config), config.embedder.model, config.embedder.batch_size
     )
 
 
@@ -34,6 +45,7 @@ def open_store(config: Config, dimension: int | None = None, *, create: bool = T
     if store.backend == "edge":
         path = store.path / store.collection
         return open_shared(lambda: QdrantEdgeStore(path, dimension, create=create), path, store.lock_wait_s)
+    layout = ClusterLayout(**{name: getattr(store, name) for name in CLUSTER_SETTINGS})
     if store.url:
         return QdrantClientStore(
             store.collection,
@@ -42,9 +54,10 @@ def open_store(config: Config, dimension: int | None = None, *, create: bool = T
             api_key=store.api_key,
             timeout_s=store.timeout_s,
             create=create,
+            layout=layout,
         )
     location = ":memory:" if str(store.path) == ":memory:" else store.path / "qdrant"
-    return QdrantClientStore(store.collection, dimension, location=location, create=create)
+    return QdrantClientStore(store.collection, dimension, location=location, create=create, layout=layout)
 
 
 def open_search_port(

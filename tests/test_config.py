@@ -315,3 +315,41 @@ def test_embedder_backend_quantize_and_device_are_settable() -> None:
 def test_unknown_embedder_choices_name_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         load_config(overrides=[override])
+
+
+# --- cluster layout of a server collection ----------------------------------------------------
+
+SERVER = "store.backend=qdrant"
+
+
+def test_cluster_settings_default_to_the_servers_own() -> None:
+    store = load_config(overrides=[SERVER]).store
+    assert store.shard_number is store.replication_factor is store.write_consistency_factor is None
+
+
+def test_cluster_settings_are_settable_for_a_server_collection() -> None:
+    sets = [SERVER, "store.shard_number=6", "store.replication_factor=2", "store.write_consistency_factor=2"]
+    store = load_config(overrides=sets).store
+    assert (store.shard_number, store.replication_factor, store.write_consistency_factor) == (6, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "key", ["store.shard_number", "store.replication_factor", "store.write_consistency_factor"]
+)
+def test_a_cluster_setting_below_one_is_refused_naming_the_key(key: str) -> None:
+    with pytest.raises(ConfigError, match=f"{key}: Input should be greater than or equal to 1"):
+        load_config(overrides=[SERVER, f"{key}=0"])
+
+
+def test_cluster_settings_on_the_edge_store_are_refused_naming_them() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(overrides=["store.shard_number=3", "store.replication_factor=2"])
+    message = str(excinfo.value)
+    assert "store.shard_number, store.replication_factor: how a Qdrant server spreads" in message
+    assert "store.backend: qdrant" in message
+
+
+def test_write_consistency_above_the_replication_factor_is_refused() -> None:
+    sets = [SERVER, "store.replication_factor=2", "store.write_consistency_factor=3"]
+    with pytest.raises(ConfigError, match=r"write_consistency_factor \(3\) exceeds store.replication_factor"):
+        load_config(overrides=sets)

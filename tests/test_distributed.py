@@ -7,11 +7,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import SMALL_CORPUS, write_corpus
+from typer.testing import CliRunner
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.cli.app import app
 from lookup_knowledge.eval.evaluation import distributed_evaluate, evaluate
 
+dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("dask.distributed")
 
 QUERIES = pd.DataFrame(
@@ -70,3 +73,13 @@ def _plain(frame: pd.DataFrame) -> list[dict]:
         }
         for row in frame.astype(object).to_dict("records")
     ]
+
+
+def test_eval_dask_with_nobody_at_the_address_is_one_line(tmp_path: Path) -> None:
+    QUERIES.to_parquet(tmp_path / "queries.parquet")
+    args = ["eval", str(tmp_path / "queries.parquet"), "--out", str(tmp_path / "out")]
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        result = CliRunner().invoke(app, [*args, "--dask", "tcp://127.0.0.1:1"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: no Dask scheduler at tcp://127.0.0.1:1: Timed out")
+    assert "Traceback" not in result.output

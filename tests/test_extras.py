@@ -48,6 +48,7 @@ def test_a_missing_extra_names_the_pip_install(monkeypatch: pytest.MonkeyPatch) 
     [
         ("matplotlib", ["eval", "queries.parquet"], "eval"),
         ("mcp", ["mcp"], "mcp"),
+        ("distributed", ["ingest", "kb", "--dask", "tcp://127.0.0.1:1"], "dask"),
         ("psycopg", ["query", "x", "--set", "recorder.url=postgresql+psycopg://u@localhost/db"], "postgres"),
     ],
 )

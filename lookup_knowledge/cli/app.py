@@ -7,6 +7,8 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +19,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from lookup_knowledge.adapters.corpus import CorpusError
-from lookup_knowledge.adapters.embedder import EmbedderError
+from lookup_knowledge.adapters.dask_cluster import ClusterUnavailableError
+from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.errors import StoreError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.agent.invocation_row import invocation_row
@@ -33,7 +36,7 @@ from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.extras import MissingExtraError, require
 from lookup_knowledge.ingestion import IngestReport, ingest
-from lookup_knowledge.stores import l0_index_path
+from lookup_knowledge.stores import build_cluster_embedder, l0_index_path
 
 app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
 
@@ -92,19 +95,48 @@ def ingest_command(
             help="Keep the store in sync with the SOURCE folder (pruning deletions) until Ctrl-C or SIGTERM.",
         ),
     ] = False,
+    dask: Annotated[
+        str | None,
+        typer.Option(
+            "--dask",
+            metavar="ADDRESS",
+            help="Embed the chunks on the Dask cluster of this scheduler (e.g. tcp://scheduler:8786); "
+            "the store writes stay in this process.",
+        ),
+    ] = None,
 ) -> None:
     """Ingest a knowledge source into the configured store and L0 index."""
     settings = _config(config, overrides)
     if watch:
+        if dask:
+            fail("--dask and --watch do not go together: a watch embeds each change in this process")
         _watch(source, settings)
         return
     try:
-        report = ingest(source, settings, prune=prune, progress=True)  # a bar, or lines in a log
-    except (CorpusError, StoreError) as exc:
+        with _ingest_embedder(settings, dask) as embedder:  # progress: a bar, or lines in a log
+            report = ingest(source, settings, prune=prune, progress=True, embedder=embedder)
+    except (CorpusError, StoreError, ClusterUnavailableError) as exc:
         fail(str(exc))
     except EmbedderError as exc:  # what was written stays; the next run completes it
         fail(f"{exc}; documents written before the failure are kept, run ingest again", code=1)
     _print_ingest_report(report)
+
+
+@contextmanager
+def _ingest_embedder(settings: Config, dask: str | None) -> Iterator[Embedder | None]:
+    """The embedder of ``ingest``: the cluster's behind ``--dask``, else None (this process's)."""
+    if dask is None:
+        yield None
+        return
+    try:
+        require("dask", "ingest --dask")
+    except MissingExtraError as exc:
+        fail(str(exc))
+    from lookup_knowledge.adapters.dask_cluster import connect
+
+    with connect(dask) as client:
+        note(f"embedding on the Dask cluster at {escape(dask)} ({len(client.nthreads())} workers)")
+        yield build_cluster_embedder(settings, client)
 
 
 def _watch(source: Path, settings: Config) -> None:

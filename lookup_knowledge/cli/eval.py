@@ -132,11 +132,14 @@ def _with_progress(tool, queries, judgments) -> EvalRun:  # noqa: ANN001
 
 
 def _distributed(settings, queries, judgments, address: str) -> EvalRun:  # noqa: ANN001
-    from dask.distributed import Client
-
+    from lookup_knowledge.adapters.dask_cluster import ClusterUnavailableError, connect
     from lookup_knowledge.eval.evaluation import distributed_evaluate
 
-    with Client(address) as client:
+    try:
+        client = connect(address)
+    except ClusterUnavailableError as exc:
+        fail(str(exc))
+    with client:
         return distributed_evaluate(settings, queries, judgments, client)
 
 
