@@ -82,7 +82,13 @@ def _config(config: Path | None, overrides: list[str] | None) -> Config:
 
 @app.command("ingest")
 def ingest_command(
-    source: Annotated[Path, typer.Argument(help="Markdown folder, .jsonl corpus or BEIR folder.")],
+    source: Annotated[
+        Path,
+        typer.Argument(
+            help="A folder of Markdown (and, with the documents extra, PDF, DOCX, HTML, PPTX, XLSX) "
+            "files, a .jsonl corpus or a BEIR folder."
+        ),
+    ],
     config: ConfigOption = None,
     overrides: SetOption = None,
     prune: Annotated[
