@@ -139,7 +139,7 @@ class QdrantClientStore(QdrantStore):
             responses = iter(self._client.query_batch_points(self.collection, requests=queries))
         return found_hits(requests, (r.points for r in responses), self._cosines, self._matching)
 
-    def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[str, float]]:
+    def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[Any, float]]:
         """The dense scores of the points each request still lacks: one dense search per
         request, restricted to those points."""
         queries = [
@@ -158,7 +158,7 @@ class QdrantClientStore(QdrantStore):
         ]
         with self._errors("search"):
             responses = self._client.query_batch_points(self.collection, requests=queries)
-        return [{str(p.id): p.score for p in response.points} for response in responses]
+        return [{p.id: p.score for p in response.points} for response in responses]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):

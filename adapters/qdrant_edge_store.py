@@ -154,7 +154,7 @@ class QdrantEdgeStore(QdrantStore):
             results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
         return found_hits(requests, results, self._cosines, self._matching)
 
-    def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[str, float]]:
+    def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[Any, float]]:
         """The dense scores of the points each request still lacks: one dense search per
         request, restricted to those points."""
         queries = [
@@ -169,7 +169,7 @@ class QdrantEdgeStore(QdrantStore):
         ]
         with backend_errors("search"):
             results = self._shard.query_batch(qe.QueryBatchRequest(queries))
-        return [{str(p.id): p.score for p in points} for points in results]
+        return [{p.id: p.score for p in points} for points in results]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):

@@ -130,7 +130,8 @@ class ScoredPoints:
     per hit to read would cost more than asking the store). A hybrid search also passes the
     (id, score) its dense and sparse companions found: a companion's dense score is the hit's
     cosine. The cosines no search returned (:attr:`missing_cosines`) the adapter asks the store
-    for, scoring only those points, and hands them to :meth:`hits`.
+    for, scoring only those points, and hands them to :meth:`hits`. Ids stay as the engine gave
+    them (Edge: ``uuid.UUID``) until a hit is built: only returned hits pay for their text.
 
     BM25 and rank-fusion scores tie often (two hits first in one search and second in the
     other); the engine breaks ties by chance, so equal scores are ordered by point id here,
@@ -147,21 +148,20 @@ class ScoredPoints:
         self.request = request
         if request.mode == "dense":
             self.points = list(points)
-            self.missing_cosines: list[str] = []
+            self.missing_cosines: list[Any] = []
             return
-        ranked = _untied([(str(pid), score, payload, vectors) for pid, score, payload, vectors in points])
-        self.points = ranked[: request.top_k]
+        self.points = _untied(points)[: request.top_k]
         if request.mode == "sparse":
             sparse_points = [(pid, score) for pid, score, *_ in self.points]
-        dense = _untied(_str_ids(dense_points))
+        dense = _untied(dense_points)
         self._dense_places = {pid: rank for rank, (pid, _) in enumerate(dense, start=1)}
         self._cosines = dict(dense)
         self._sparse_places = {
-            pid: (rank, score) for rank, (pid, score) in enumerate(_untied(_str_ids(sparse_points)), start=1)
+            pid: (rank, score) for rank, (pid, score) in enumerate(_untied(sparse_points), start=1)
         }
         self.missing_cosines = [pid for pid, *_ in self.points if pid not in self._cosines]
 
-    def hits(self, cosines: Mapping[str, float] | None = None) -> list[SearchHit]:
+    def hits(self, cosines: Mapping[Any, float] | None = None) -> list[SearchHit]:
         """The hits, best first; ``cosines``: the store's answer for :attr:`missing_cosines`.
 
         A hit whose cosine the store cannot give has an unreadable vector (corrupt data, e.g.
@@ -174,30 +174,31 @@ class ScoredPoints:
                 for rank, (pid, score, payload, _) in enumerate(self.points, start=1)
             ]
         known = {**self._cosines, **(cosines or {})}
-        terms = bm25_encoder().query_terms(self.request.query_text)
-        codes = bm25_encoder().query_codes(self.request.query_text)
+        encoder = bm25_encoder()
+        terms = encoder.query_terms(self.request.query_text)
+        codes = encoder.query_codes(self.request.query_text)
         hits = []
         for pid, score, payload, vectors in self.points:
-            if pid not in known:
+            if (cosine := known.get(pid)) is None:
                 raise StoreBackendError(
                     f"the store cannot score point {pid} against the query: its dense vector is "
                     "unreadable (corrupt data, e.g. NaN); delete the store and ingest again"
                 )
             sparse_rank, sparse_score = self._sparse_places.get(pid, (None, None))
-            held = set(vectors[SPARSE_VECTOR].indices)
             content = (payload or {}).get(CONTENT_FIELD, "")
+            matched = Bm25Encoder.matched_terms(terms, vectors[SPARSE_VECTOR].indices) if terms else ()
             hits.append(
                 hit_from_payload(
                     pid,
                     score,
                     payload,
-                    dense_score=known[pid],
+                    dense_score=cosine,
                     sparse_score=sparse_score,
                     fused_score=score if mode == "hybrid" else None,
                     dense_rank=self._dense_places.get(pid),
                     sparse_rank=sparse_rank,
-                    matched_terms=Bm25Encoder.matched_terms(terms, held),
-                    exact_codes=[code for code in codes if holds_identifier(content, code)],
+                    matched_terms=matched,
+                    exact_codes=[code for code in codes if holds_identifier(content, code)] if codes else (),
                 )
             )
         return hits
@@ -206,7 +207,7 @@ class ScoredPoints:
 def found_hits(
     requests: Sequence[SearchRequest],
     results: Iterator[Iterable[Any]],
-    ask_cosines: Callable[[list[ScoredPoints]], Iterable[dict[str, float]]],
+    ask_cosines: Callable[[list[ScoredPoints]], Iterable[dict[Any, float]]],
     stored: Callable[[SearchRequest], int],
 ) -> list[list[SearchHit]]:
     """Each request's hits from the engine's result lists, in the order the adapter sent the
@@ -229,9 +230,7 @@ def found_hits(
 
 
 def _untied(points: Sequence[Any]) -> list[Any]:
-    """Points (id as text, score, ...) best first, equal scores (to 6 decimals) by point id."""
+    """Points (id, score, ...) best first, equal scores (to 6 decimals) by point id: the
+    engine's ids, compared as they are (a store's ids are all UUIDs, whose order is that of
+    their text, or all text)."""
     return sorted(points, key=lambda p: (-round(p[1], 6), p[0]))
-
-
-def _str_ids(points: Sequence[tuple[Any, float]]) -> list[tuple[str, float]]:
-    return [(str(pid), score) for pid, score in points]
