@@ -6,6 +6,7 @@ Real MiniLM vectors and Qdrant's own BM25 in every store kind; the adapters must
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from lookup_knowledge.adapters.l0_index import normalize
 from lookup_knowledge.adapters.payload import DOC_CHUNKS_FIELD, DOC_HASH_FIELD, EVIDENCE_KEY_FIELD
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
+from lookup_knowledge.adapters.qdrant_store import SPARSE_VECTOR, ScoredPoints
 from lookup_knowledge.adapters.search import (
     KnowledgeStore,
     SearchHit,
@@ -39,6 +41,7 @@ from lookup_knowledge.adapters.search import (
 )
 from lookup_knowledge.adapters.sparse import (
     MAX_MATCHED_TERMS,
+    SparseVector,
     bm25_encoder,
     cjk_spaced,
     holds_identifier,
@@ -190,6 +193,29 @@ def test_matched_terms_name_the_shared_words_longest_first_and_capped() -> None:
     assert (
         len(encoder.matched_terms(many, encoder.embed_document(" ".join(many)).indices)) == MAX_MATCHED_TERMS
     )
+
+
+def test_equal_scores_are_cut_by_point_id_whether_the_engine_gives_uuids_or_text() -> None:
+    """The adapters keep the engine's ids as they come (Edge: ``uuid.UUID``) until a hit is
+    built; ties are then cut in the order of the ids' text, as for a store that gives text."""
+    ids = [uuid.uuid5(uuid.NAMESPACE_URL, f"chunk-{n}") for n in range(12)]
+    request = SearchRequest(
+        "refund", [1.0, 0.0], top_k=3, mode="hybrid", sparse_vector=SparseVector((7,), (1.0,))
+    )
+    vectors = {SPARSE_VECTOR: SparseVector((7,), (1.0,))}
+
+    def hits(as_id):  # every fused score ties; the dense companion ranks the ids in reverse
+        points = [(as_id(pid), 0.5, {"content": "refund"}, vectors) for pid in ids]
+        dense = [(as_id(pid), 0.9) for pid in reversed(ids)]
+        scored = ScoredPoints(request, points, dense, [(as_id(pid), 2.0) for pid in ids])
+        assert scored.missing_cosines == []
+        return scored.hits()
+
+    from_uuids, from_text = hits(lambda pid: pid), hits(str)
+    assert [hit.point_id for hit in from_uuids] == sorted(map(str, ids))[:3]
+    assert from_uuids == from_text
+    assert all(isinstance(hit.point_id, str) for hit in from_uuids)
+    assert [hit.dense_rank for hit in from_uuids] == [1, 2, 3]  # companion ties cut by id too
 
 
 def test_sparse_text_holds_title_breadcrumb_and_content_once() -> None:
