@@ -63,7 +63,10 @@ def lookup_record(tool: KnowledgeTool, text: str, relevant: set[str] | None) -> 
         "status": result.evidence_status,
         "level": result.relevance_level,
         "hint": _hint_kind(result.completeness_hint),
+        "reason": verdict.reason if verdict else None,
         "margin": verdict.margin if verdict else None,
+        "null_median": verdict.null_median if verdict else None,  # to replay other normalizations
+        "null_p90": verdict.null_p90 if verdict else None,
         "coverage": verdict.lexical_coverage if verdict else None,
         "dense_top": verdict.dense_top if verdict else None,
         "top_dense_rank": verdict.top_dense_rank if verdict else None,
