@@ -22,17 +22,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import qdrant_edge as qe
 from quality import DEPTH, beir_queries, prepared_tool, run
 from rich.console import Console
 from rich.table import Table
 from trust_stores import JudgedSet, judged_sets
 
 from lookup_knowledge import KnowledgeTool, load_config
+from lookup_knowledge.adapters.qdrant_store import SPARSE_VECTOR
+from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.eval.data import Qrels, load_qrels, relevance
 
 console = Console()
@@ -52,10 +58,39 @@ def _hint_kind(hint: str) -> str:
     return hint.split(":", 1)[0]
 
 
-def lookup_record(tool: KnowledgeTool, text: str, relevant: set[str] | None) -> dict[str, Any]:
-    """What one lookup said, and (answerable questions) whether it was right."""
+def store_idf(tool: KnowledgeTool) -> Callable[[int], float]:
+    """The IDF of a BM25 token id in the tool's (Edge) store, as BM25 computes it over its
+    chunks (``log(1 + (N - df + 0.5) / (df + 0.5))``), from one scan of every chunk's BM25
+    vector: the engine applies IDF but does not expose it."""
+    store = getattr(tool.search_port, "_store", tool.search_port)
+    frequencies: Counter[int] = Counter()
+    chunks, offset = 0, None
+    while True:
+        request = qe.ScrollRequest(offset=offset, limit=1024, with_payload=False, with_vector=[SPARSE_VECTOR])
+        points, offset = store._shard.scroll(request)
+        for point in points:
+            frequencies.update(set(point.vector[SPARSE_VECTOR].indices))
+        chunks += len(points)
+        if offset is None:
+            break
+    return lambda token: math.log(1 + (chunks - frequencies[token] + 0.5) / (frequencies[token] + 0.5))
+
+
+def rarest_term(text: str, idf: Callable[[int], float]) -> str | None:
+    """The query term with the highest IDF in the store (ties: the longer term first)."""
+    terms = bm25_encoder().query_terms(text)
+    return max(terms, key=lambda term: idf(terms[term]), default=None)
+
+
+def lookup_record(
+    tool: KnowledgeTool, text: str, relevant: set[str] | None, idf: Callable[[int], float]
+) -> dict[str, Any]:
+    """What one lookup said, and (answerable questions) whether it was right. With the
+    query's rarest term in the store and whether the best hits hold it (a signal under study
+    for the verdict: docs/trust.md)."""
     result = tool.lookup(text)
     verdict = result.retrieval_trace.evidence_verdict if result.retrieval_trace else None
+    rarest = rarest_term(text, idf)
     documents = [block.doc_id for block in result.evidence_blocks]
     record = {
         "text": text,
@@ -71,6 +106,8 @@ def lookup_record(tool: KnowledgeTool, text: str, relevant: set[str] | None) -> 
         "dense_top": verdict.dense_top if verdict else None,
         "top_dense_rank": verdict.top_dense_rank if verdict else None,
         "top_sparse_rank": verdict.top_sparse_rank if verdict else None,
+        "rarest_term": rarest,
+        "rarest_term_held": bool(verdict and rarest in verdict.matched_terms),
     }
     if relevant is not None:
         record["top_relevant"] = bool(documents) and documents[0] in relevant
@@ -112,12 +149,13 @@ def measure_set(judged: JudgedSet, cache: Path, queries: pd.DataFrame, qrels: Qr
     """Every lookup of one knowledge base, and its nDCG@10 with and without abstention."""
     tool, base = knowledge_base(judged, cache)
     with tool:
+        idf = store_idf(tool)
         records = []
         for qid, text in zip(queries["query_id"], queries["query"], strict=True):
             relevant = {doc for doc, grade in qrels.get(qid, {}).items() if grade > 0}
-            records.append({"group": "answerable", **lookup_record(tool, text, relevant)})
+            records.append({"group": "answerable", **lookup_record(tool, text, relevant, idf)})
         for group, texts in offtopic.items():
-            records += [{"group": group, **lookup_record(tool, text, None)} for text in texts]
+            records += [{"group": group, **lookup_record(tool, text, None, idf)} for text in texts]
         after = run(tool, base, DEPTH, queries, qrels)
         before = run(tool, base, {**DEPTH, "abstention.enabled": False}, queries, qrels)
     return {"records": records, "ndcg@10": after["ndcg@10"], "ndcg@10 without abstention": before["ndcg@10"]}
