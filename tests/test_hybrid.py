@@ -204,7 +204,7 @@ def test_equal_scores_are_cut_by_point_id_whether_the_engine_gives_uuids_or_text
     )
     vectors = {SPARSE_VECTOR: SparseVector((7,), (1.0,))}
 
-    def hits(as_id):  # every fused score ties; the dense companion ranks the ids in reverse
+    def hits(as_id):  # every score ties; the dense companion lists the ids in reverse
         points = [(as_id(pid), 0.5, {"content": "refund"}, vectors) for pid in ids]
         dense = [(as_id(pid), 0.9) for pid in reversed(ids)]
         scored = ScoredPoints(request, points, dense, [(as_id(pid), 2.0) for pid in ids])
