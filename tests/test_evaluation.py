@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.eval.batch import lookup_many
+from lookup_knowledge.eval.batch import CHUNK_SIZE, lookup_many
 from lookup_knowledge.eval.compare import (
     BASELINE,
     Variant,
@@ -396,6 +397,37 @@ def test_a_batch_sends_the_requests_of_every_dag_in_one_round_trip(tool: Knowled
         for query, f in zip(queries, derived, strict=True)
         for category in ((f, None) if f else (None,))
     ]  # the DAG's own requests, in order: each filtered search and its unfiltered companion
+
+
+class _ThreadRecorder(OneAtATime):
+    """The real model; records the thread and the texts of each batch it encodes."""
+
+    def __init__(self, model: Embedder) -> None:
+        super().__init__(model)
+        self.batches: list[tuple[str, list[str]]] = []
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        self.batches.append((threading.current_thread().name, list(texts)))
+        return super().embed_queries(texts)
+
+
+def test_many_queries_go_in_even_chunks_each_encoded_off_the_calling_thread(
+    tool: KnowledgeTool, embedder: Embedder
+) -> None:
+    """More queries than a chunk holds: even chunks of at most ``CHUNK_SIZE``, each encoded as one
+    batch on the worker thread (so the next one encodes while this one's DAGs run) and searched
+    in one round trip; the results come back in query order."""
+    recorder, spy = _ThreadRecorder(embedder), FaultySearchPort(tool.search_port)
+    batched = KnowledgeTool(tool.config, search_port=spy, embedder=recorder, l0_index=tool.l0_index)
+    queries = [f"refund request number {n}" for n in range(CHUNK_SIZE + 2)]
+    results = lookup_many(batched, queries)
+    assert [r.query for r in results] == queries
+    half = (CHUNK_SIZE + 2) // 2
+    ours = [(name, texts) for name, texts in recorder.batches if set(texts) <= set(queries)]
+    assert [texts for _, texts in ours] == [queries[:half], queries[half:]]  # the store's probe set aside
+    assert all(name.startswith("lookup-embedding") for name, _ in ours)
+    batches = [trip for trip in spy.round_trips if len(trip) > 1]
+    assert [len({r.query_text for r in trip}) for trip in batches] == [half, half]
 
 
 class _FreezeWatch(FaultySearchPort):

@@ -14,8 +14,10 @@ query, by the DAG's own ``l1_answers``, which traces the errors.
 from __future__ import annotations
 
 import gc
+import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,13 +26,14 @@ import numpy as np
 
 from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
-from lookup_knowledge.agent.request import LookupRequest, lookup_request, rejected_result
+from lookup_knowledge.agent.request import lookup_request, rejected_result
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult, NodeTiming
 from lookup_knowledge.dataflows.retrieval import SearchAnswer
 from lookup_knowledge.pipeline import ANSWER_NODE, REQUEST_NODE
 
-BATCH_SIZE = 256
+BATCH_SIZE = 256  # queries per task of the evaluation dataflow
+CHUNK_SIZE = 100  # at most this many queries embedded, and searched, together
 VECTOR_NODE = "query_vector"
 
 
@@ -89,16 +92,75 @@ def lookup_many(
     pinned_categories: Sequence[str | None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> list[LookupResult]:
-    """Look up every query (in order), batching embeddings and searches per chunk of queries."""
+    """Look up every query (in order), batching embeddings and searches per chunk of queries.
+
+    The next chunk's queries are embedded on a worker thread while this chunk's DAGs run: the
+    model releases the GIL as it encodes, so its time overlaps the nodes' Python work instead of
+    adding to it (eval throughput: docs/benchmarks.md).
+    """
     pinned = list(pinned_categories) if pinned_categories is not None else [None] * len(queries)
+    chunks = [_chunk(tool, queries[span], pinned[span]) for span in _spans(len(queries))]
     results: list[LookupResult] = []
-    for start in range(0, len(queries), BATCH_SIZE):
-        chunk = range(start, min(start + BATCH_SIZE, len(queries)))
-        with _older_objects_frozen():
-            results.extend(_lookup_chunk(tool, [queries[i] for i in chunk], [pinned[i] for i in chunk]))
-        if on_progress is not None:
-            on_progress(len(chunk))
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lookup-embedding") as encoder:
+        upcoming = [encoder.submit(_query_vectors, tool, chunk) for chunk in chunks[:1]]
+        for n, chunk in enumerate(chunks):
+            vectors = upcoming.pop().result()
+            if n + 1 < len(chunks):  # encoded while this chunk's DAGs run
+                upcoming.append(encoder.submit(_query_vectors, tool, chunks[n + 1]))
+            with _older_objects_frozen():
+                results.extend(_lookup_chunk(tool, chunk, vectors))
+            if on_progress is not None:
+                on_progress(len(chunk.queries))
     return results
+
+
+def _spans(count: int) -> list[slice]:
+    """``count`` queries in chunks of at most :data:`CHUNK_SIZE`, as even as they divide (a
+    short last chunk would leave little to overlap the next encoding with)."""
+    chunks = -(-count // CHUNK_SIZE)
+    bounds = [n * count // chunks for n in range(chunks + 1)] if chunks else []
+    return [slice(start, end) for start, end in itertools.pairwise(bounds)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """Queries looked up together: each one's checked request (or the result that rejects it)
+    and the DAG inputs of the valid ones."""
+
+    queries: list[str]
+    rejected: dict[int, LookupResult]
+    inputs: dict[int, dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class _QueryVectors:
+    """A chunk's query vectors, by query, and each one's share of the batch's encoding time."""
+
+    vectors: dict[int, np.ndarray]
+    share_ms: float
+
+
+def _chunk(tool: KnowledgeTool, queries: Sequence[str], pinned: Sequence[str | None]) -> _Chunk:
+    max_chars = tool.config.retrieval.max_query_chars
+    rejected: dict[int, LookupResult] = {}
+    inputs: dict[int, dict[str, Any]] = {}
+    for i, query in enumerate(queries):
+        request = lookup_request(query, max_chars, pinned_category=pinned[i])
+        if isinstance(request, str):
+            rejected[i] = rejected_result(query, request, [])
+        else:
+            inputs[i] = tool.dataflow_inputs(request.query, request.pinned_category)
+    return _Chunk(list(queries), rejected, inputs)
+
+
+def _query_vectors(tool: KnowledgeTool, chunk: _Chunk) -> _QueryVectors:
+    """The chunk's valid queries embedded as one batch (none when L1 is off: nothing searches)."""
+    if not tool.config.l1.enabled or not chunk.inputs:
+        return _QueryVectors({}, 0.0)
+    started = time.perf_counter()
+    rows = tool.embedder.embed_queries([inputs["query"] for inputs in chunk.inputs.values()])
+    share_ms = (time.perf_counter() - started) * 1000 / len(chunk.inputs)
+    return _QueryVectors(dict(zip(chunk.inputs, rows, strict=True)), share_ms)
 
 
 @contextmanager
@@ -120,33 +182,21 @@ def _older_objects_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _lookup_chunk(tool: KnowledgeTool, queries: list[str], pinned: list[str | None]) -> list[LookupResult]:
-    max_chars = tool.config.retrieval.max_query_chars
-    results: dict[int, LookupResult] = {}
-    requests: dict[int, LookupRequest] = {}
-    for i, query in enumerate(queries):
-        request = lookup_request(query, max_chars, pinned_category=pinned[i])
-        if isinstance(request, str):
-            results[i] = rejected_result(query, request, [])
-        else:
-            requests[i] = request
-    valid = list(requests)
-    inputs = {i: tool.dataflow_inputs(requests[i].query, requests[i].pinned_category) for i in valid}
+def _lookup_chunk(tool: KnowledgeTool, chunk: _Chunk, embedded: _QueryVectors) -> list[LookupResult]:
+    results, inputs = dict(chunk.rejected), chunk.inputs
     if not tool.config.l1.enabled:
-        results.update({i: tool.execute_dataflow(inputs[i]) for i in valid})
-        return [results[i] for i in range(len(queries))]
-    started = time.perf_counter()
-    vectors = dict(zip(valid, tool.embedder.embed_queries([inputs[i]["query"] for i in valid]), strict=True))
-    vector_ms = (time.perf_counter() - started) * 1000 / max(len(valid), 1)
-    plans = {i: _plan(tool, inputs[i], vectors[i], vector_ms) for i in valid}
+        results.update({i: tool.execute_dataflow(inputs[i]) for i in inputs})
+        return [results[i] for i in range(len(chunk.queries))]
+    vectors = embedded.vectors
+    plans = {i: _plan(tool, inputs[i], vectors[i], embedded.share_ms) for i in inputs}
     answers = _answers(tool, {i: plan for i, plan in plans.items() if plan is not None})
-    for i in valid:
+    for i in inputs:
         plan = plans[i]
         if plan is None:  # the DAG failed before its searches: the full run reports it
             results[i] = tool.execute_dataflow(inputs[i], overrides={VECTOR_NODE: vectors[i]})
         else:
             results[i] = _execute_planned(tool, inputs[i], plan, answers.get(i))
-    return [results[i] for i in range(len(queries))]
+    return [results[i] for i in range(len(chunk.queries))]
 
 
 def _plan(

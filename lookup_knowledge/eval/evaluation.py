@@ -26,7 +26,10 @@ from lookup_knowledge.eval.metrics import EVAL_DEPTH, METRIC_NAMES, pinned_categ
 
 __all__ = ["METRIC_NAMES", "EvalRun", "distributed_evaluate", "evaluate", "filter_headline"]
 EVAL_OUTPUTS = ["results_frame", "per_query_metrics", "eval_metrics"]
-SHARD_SIZE = BATCH_SIZE  # queries per task of the evaluation dataflow
+SHARD_SIZE = BATCH_SIZE  # queries per task of the evaluation dataflow on Dask
+# In-process the tasks run one after another and each begins with an encoding nothing overlaps
+# (lookup_many): fewer, larger tasks.
+LOCAL_SHARD_SIZE = 4 * SHARD_SIZE
 
 
 @dataclass
@@ -53,7 +56,13 @@ def evaluate(
     """Evaluate ``queries`` in this process on ``tool``'s store, embedder and L0 index."""
     deep = tool.variant(eval_config(tool.config))
     return run_evaluation(
-        ToolProvider(deep.config, deep), tool.config, queries, qrels, _local_driver(), on_progress=on_progress
+        ToolProvider(deep.config, deep),
+        tool.config,
+        queries,
+        qrels,
+        _local_driver(),
+        LOCAL_SHARD_SIZE,
+        on_progress,
     )
 
 
