@@ -7,10 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from threadpoolctl import ThreadpoolController, threadpool_info
+
 from lookup_knowledge import AgentLookup, KnowledgeTool, load_config
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.agent.lookup import invocation_db_url
+from lookup_knowledge.blas import one_blas_thread
 from lookup_knowledge.contract import LookupResult
 
 THREADS = 8
@@ -68,3 +71,25 @@ def test_concurrent_calls_match_sequential_ones_and_are_each_recorded_once(
         assert [row.status for row in mine] == [result.evidence_status for result in results]
         recorded_ids = {r.retrieval_trace.invocation_record.id for r in results if r.retrieval_trace}
         assert recorded_ids <= {row.id for row in mine}
+
+
+def _blas_threads() -> int:
+    return min(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
+
+
+def test_lookups_that_overlap_on_two_threads_restore_the_blas_threads_they_found() -> None:
+    """Each lookup runs with one BLAS thread; two that overlap (the first ends while the second
+    runs) keep one until the last ends, which restores what the first found, not one for good."""
+    import numpy  # noqa: F401  (its OpenBLAS is the pool limited)
+
+    with ThreadpoolController().limit(limits=2, user_api="blas"):
+        first, second = one_blas_thread(), one_blas_thread()
+        first.__enter__()
+        assert _blas_threads() == 1
+        entered = threading.Thread(target=second.__enter__)
+        entered.start()
+        entered.join()
+        first.__exit__(None, None, None)
+        assert _blas_threads() == 1  # the second lookup still runs
+        second.__exit__(None, None, None)
+        assert _blas_threads() == 2

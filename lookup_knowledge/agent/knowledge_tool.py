@@ -13,11 +13,8 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any
-
-from threadpoolctl import ThreadpoolController
 
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.errors import StoreError
@@ -32,6 +29,7 @@ from lookup_knowledge.agent.request import (
     session_key,
     valid_principals,
 )
+from lookup_knowledge.blas import one_blas_thread
 from lookup_knowledge.calibration import ProbeCalibration
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult
@@ -175,7 +173,7 @@ class KnowledgeTool:
         """Execute the DAG for prepared inputs (``overrides`` may supply e.g. a batched
         ``query_vector``); a failure reaches the caller as a ``retrieval_failed`` result."""
         try:
-            with _one_blas_thread():
+            with one_blas_thread():
                 return execute_lookup(self.driver, inputs, overrides)
         except (StoreError, EmbedderError) as exc:  # the store (outside a search) or the model failed
             logger.warning("lookup failed: %s", exc)
@@ -190,7 +188,7 @@ class KnowledgeTool:
         """The DAG run up to its store requests (``l1_requests``) with every node it computed,
         for a batch to send; ``None`` when that part failed (the full run then reports it)."""
         try:
-            with _one_blas_thread():
+            with one_blas_thread():
                 return execute_requests(self.driver, inputs, overrides)
         except Exception as exc:
             logger.warning("lookup planning failed: %s", mask_secrets(str(exc)))
@@ -314,14 +312,3 @@ def _tracing(config: Config) -> list[Any]:
     from lookup_knowledge.tracing import LookupSpans
 
     return [LookupSpans(include_query=config.tracing.include_query)]
-
-
-@cache
-def _blas_controller() -> ThreadpoolController:
-    return ThreadpoolController()
-
-
-def _one_blas_thread() -> Any:
-    """One BLAS thread around a lookup: numpy's BLAS threads fight torch's on few cores (the
-    next query embedding slows down); the process-wide setting is restored afterwards."""
-    return _blas_controller().limit(limits=1, user_api="blas")

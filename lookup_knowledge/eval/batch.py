@@ -27,6 +27,7 @@ import numpy as np
 from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.agent.request import lookup_request, rejected_result
+from lookup_knowledge.blas import one_blas_thread
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult, NodeTiming
 from lookup_knowledge.dataflows.retrieval import SearchAnswer
@@ -96,12 +97,13 @@ def lookup_many(
 
     The next chunk's queries are embedded on a worker thread while this chunk's DAGs run: the
     model releases the GIL as it encodes, so its time overlaps the nodes' Python work instead of
-    adding to it (eval throughput: docs/benchmarks.md).
+    adding to it (eval throughput: docs/benchmarks.md). BLAS keeps one thread throughout, set
+    once for all the lookups.
     """
     pinned = list(pinned_categories) if pinned_categories is not None else [None] * len(queries)
     chunks = [_chunk(tool, queries[span], pinned[span]) for span in _spans(len(queries))]
     results: list[LookupResult] = []
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lookup-embedding") as encoder:
+    with one_blas_thread(), ThreadPoolExecutor(1, thread_name_prefix="lookup-embedding") as encoder:
         upcoming = [encoder.submit(_query_vectors, tool, chunk) for chunk in chunks[:1]]
         for n, chunk in enumerate(chunks):
             vectors = upcoming.pop().result()
