@@ -7,10 +7,11 @@ Floor and eval alternate for several rounds (medians reported).
 
 The design floor adds what every eval query needs whatever its nodes cost: the hybrid search's
 dense and sparse companions (each hit's places and BM25 score) and one run of the lookup DAG's
-shape with nodes that do no work (Hamilton alone). The floor over it is the highest eval / floor
-ratio this design allows, with post-processing, hit building and result rows free; eval's own
-work per query (``own_work_per_query_ms``) is its ms per query less the design floor's (target:
-eval at least 60% of the hybrid floor).
+shape with nodes that do no work (Hamilton alone), one after the other: with post-processing, hit
+building and result rows free, a serial eval could reach it; eval encodes the next chunk of
+queries while this one's DAGs run, so it can pass it. Eval's own work per query
+(``own_work_per_query_ms``) is its ms per query less the design floor's (target: eval at least
+60% of the hybrid floor).
 
     python benchmarks/eval_throughput.py [--store DIR] [--data BEIR_DIR] [--set key=value ...]
                                          [--rounds 3] [--out FILE.json]
@@ -156,13 +157,13 @@ def main() -> int:
     table.add_column("queries/s")
     table.add_row("floor: batched encode + dense query_batch", f"{dense_floor_qps:.0f}")
     table.add_row(f"floor: batched encode + {mode} query_batch", f"{floor_qps:.0f}")
-    table.add_row("design floor: + companions + Hamilton alone per query", f"{design_floor_qps:.0f}")
+    table.add_row("design floor, serial: + companions + Hamilton alone per query", f"{design_floor_qps:.0f}")
     table.add_row(f"eval ({mode}: full DAG per query, batched embed/search)", f"{eval_qps:.0f}")
     direct_qps = statistics.median(directs)
     table.add_row("same lookups + metrics, no evaluation dataflow", f"{direct_qps:.0f}")
     table.add_row(f"eval / {mode} floor", f"{eval_qps / floor_qps:.0%} (target >= 60%)")
     table.add_row("eval / dense floor", f"{eval_qps / dense_floor_qps:.0%}")
-    table.add_row("highest eval / floor this design allows", f"{design_floor_qps / floor_qps:.0%}")
+    table.add_row("serial design floor / floor", f"{design_floor_qps / floor_qps:.0%}")
     table.add_row("eval / no-dataflow path", f"{eval_qps / direct_qps:.0%}")
     own_ms = 1000 / eval_qps - 1000 / design_floor_qps
     hamilton_ms = statistics.median(hamiltons)
