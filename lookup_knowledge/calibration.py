@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
@@ -72,15 +73,20 @@ def _top_cosine(hits: list[SearchHit]) -> float:
     return max((hit.normalized_score for hit in hits), default=0.0)
 
 
+MAX_SHAPES = 1024  # nulls kept: a search shape per access scope, so a server's callers add up
+
+
 class ProbeCalibration:
-    """The store's :class:`ProbeNull`, computed on first use for a search shape and kept.
+    """The store's :class:`ProbeNull`, computed on first use for a search shape and kept (the
+    ``max_shapes`` last used: one not used since is measured again when it comes back).
 
     ``reset`` forgets it (the tool calls it when the store was reopened: it may hold new data).
     """
 
-    def __init__(self, probes: tuple[str, ...] = PROBE_QUERIES) -> None:
+    def __init__(self, probes: tuple[str, ...] = PROBE_QUERIES, max_shapes: int = MAX_SHAPES) -> None:
         self.probes = probes
-        self._nulls: dict[tuple, dict[Script, ProbeNull]] = {}
+        self.max_shapes = max_shapes
+        self._nulls: OrderedDict[tuple, dict[Script, ProbeNull]] = OrderedDict()
         self._vectors: dict[int, np.ndarray] = {}  # the probes' embeddings, per embedder: not the store's
         self._generation = 0  # resets so far: a null measured across one is not kept
         self._lock = threading.Lock()
@@ -96,6 +102,8 @@ class ProbeCalibration:
         script = script_of(request.query_text)
         with self._lock:
             known, generation = self._nulls.get(shape), self._generation
+            if known is not None:
+                self._nulls.move_to_end(shape)
         if known is None:
             # Measured without the lock: the probes' search may reopen the store, whose reopen
             # hook calls reset (same thread or another one waiting on the store): holding the
@@ -105,6 +113,8 @@ class ProbeCalibration:
             with self._lock:
                 if generation == self._generation:
                     known = self._nulls.setdefault(shape, known)
+                    while len(self._nulls) > self.max_shapes:
+                        self._nulls.popitem(last=False)
         return known[script]
 
     def _measure(

@@ -14,7 +14,8 @@ import pytest
 from dataflow_fixtures import FaultySearchPort, SampleKB, as_json, make_tool
 
 from lookup_knowledge import sample_knowledge_base
-from lookup_knowledge.calibration import ProbeNull, script_of
+from lookup_knowledge.adapters.search import SearchRequest, access_scope
+from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, script_of
 from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
 from lookup_knowledge.dataflows.abstention import EvidenceVerdict
 from lookup_knowledge.dataflows.postprocessing import SCREENED_COLUMNS
@@ -110,6 +111,27 @@ def test_the_probe_null_is_read_per_script() -> None:
     assert null.dense_percentile(0.5) == pytest.approx(1.0)
     assert ProbeNull().dense_percentile(0.5) is None
     assert (script_of("如何申请增值税专用发票"), script_of("refund over 500 EUR")) == ("cjk", "alphabetic")
+
+
+def test_the_nulls_kept_are_the_most_recently_used_shapes(sample_kb: SampleKB, embedder) -> None:
+    """One null per search shape, and each caller's access scope is a shape: a server with many
+    callers keeps the ``max_shapes`` last used; one not used since is measured again."""
+    spy = FaultySearchPort(sample_kb.store)  # no fault: it records probes not of the shipped set
+    calibration = ProbeCalibration(probes=("lasagna recipe", "airline legroom"), max_shapes=2)
+
+    def null(principal: str) -> ProbeNull:
+        scope = access_scope([principal])
+        request = SearchRequest(ANSWERABLE, embedder.embed_query(ANSWERABLE), 5, access=scope)
+        return calibration.null_for(request, spy, embedder)
+
+    first = null("team-a")
+    null("team-b")
+    assert null("team-a") is first and len(spy.round_trips) == 2  # kept: not measured again
+    null("team-c")  # team-b, least recently used, makes room
+    assert null("team-a") is first and len(spy.round_trips) == 3
+    null("team-b")
+    assert len(spy.round_trips) == 4  # measured again
+    assert len(calibration._nulls) == 2
 
 
 def _verdict(dense_rank: int | None, sparse_rank: int | None, margin: float = 5.0) -> EvidenceVerdict:
