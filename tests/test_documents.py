@@ -20,7 +20,6 @@ from lookup_knowledge.adapters.documents import ConversionWorker, DocumentLimits
 from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.adapters.source_files import SourceFile, is_stale
 from lookup_knowledge.chunking import chunk_document
-from lookup_knowledge.dataflows.postprocessing import _block_location
 from lookup_knowledge.extras import EXTRAS
 from lookup_knowledge.ingestion import ingest
 from lookup_knowledge.stores import converted_dir, open_store
@@ -326,7 +325,7 @@ def test_ingest_keeps_the_converted_text_and_reingests_incrementally(
         kept = json.loads((converted_dir(config) / f"{stamp['version']}.json").read_text(encoding="utf-8"))
         assert kept["text"][location["start_char"] : location["end_char"]] == hit.content
     refund = next(h for h in hits if "Refund window" in h.content)
-    assert _block_location(refund.payload).page == 2
+    assert refund.payload["location"]["page"] == 2  # the PDF page an evidence block's location names
 
     def no_conversion(self: ConversionWorker, raw: bytes, suffix: str) -> None:
         raise AssertionError("an unchanged document was converted again")
