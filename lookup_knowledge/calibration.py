@@ -86,8 +86,10 @@ class ProbeCalibration:
     def __init__(self, probes: tuple[str, ...] = PROBE_QUERIES, max_shapes: int = MAX_SHAPES) -> None:
         self.probes = probes
         self.max_shapes = max_shapes
-        self._nulls: OrderedDict[tuple, dict[Script, ProbeNull]] = OrderedDict()
-        self._vectors: dict[int, np.ndarray] = {}  # the probes' embeddings, per embedder: not the store's
+        # Keyed by the id of the port and the embedder, each entry holding the object itself: an
+        # id is never reused by another object while its entry lives.
+        self._nulls: OrderedDict[tuple, tuple[KnowledgeSearchPort, dict[Script, ProbeNull]]] = OrderedDict()
+        self._vectors: dict[int, tuple[Embedder, np.ndarray]] = {}  # per model, not per store
         self._generation = 0  # resets so far: a null measured across one is not kept
         self._lock = threading.Lock()
 
@@ -101,9 +103,10 @@ class ProbeCalibration:
         shape += (request.access,)
         script = script_of(request.query_text)
         with self._lock:
-            known, generation = self._nulls.get(shape), self._generation
-            if known is not None:
+            entry, generation = self._nulls.get(shape), self._generation
+            if entry is not None:
                 self._nulls.move_to_end(shape)
+        known = entry[1] if entry is not None else None
         if known is None:
             # Measured without the lock: the probes' search may reopen the store, whose reopen
             # hook calls reset (same thread or another one waiting on the store): holding the
@@ -112,7 +115,7 @@ class ProbeCalibration:
             known = self._measure(request, search_port, embedder)
             with self._lock:
                 if generation == self._generation:
-                    known = self._nulls.setdefault(shape, known)
+                    known = self._nulls.setdefault(shape, (search_port, known))[1]
                     while len(self._nulls) > self.max_shapes:
                         self._nulls.popitem(last=False)
         return known[script]
@@ -120,9 +123,11 @@ class ProbeCalibration:
     def _measure(
         self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
     ) -> dict[Script, ProbeNull]:
-        vectors = self._vectors.get(id(embedder))
-        if vectors is None:  # embedded once: a new search shape or access scope costs one search
-            vectors = self._vectors.setdefault(id(embedder), embedder.embed_queries(list(self.probes)))
+        kept = self._vectors.get(id(embedder))
+        if kept is None:  # embedded once per model: a new search shape costs one search
+            embedded = embedder.embed_queries(list(self.probes))
+            kept = self._vectors.setdefault(id(embedder), (embedder, embedded))
+        vectors = kept[1]
         sparse = request.mode != "dense"
         requests = [
             replace(

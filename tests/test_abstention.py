@@ -6,12 +6,15 @@ the real sample knowledge base (real engine, real model) and inject only a backe
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dataflow_fixtures import FaultySearchPort, SampleKB, as_json, make_tool
+from hashing_embedder import HashingEmbedder
 
 from lookup_knowledge import sample_knowledge_base
 from lookup_knowledge.adapters.search import SearchRequest, access_scope
@@ -132,6 +135,19 @@ def test_the_nulls_kept_are_the_most_recently_used_shapes(sample_kb: SampleKB, e
     null("team-b")
     assert len(spy.round_trips) == 4  # measured again
     assert len(calibration._nulls) == 2
+
+
+def test_a_measured_null_keeps_its_port_and_model_so_their_ids_are_not_reused(sample_kb: SampleKB) -> None:
+    """Nulls and probe vectors are keyed by the port's and the model's ids; each entry holds the
+    object, so no other port or model can take that id (and its null) while the entry lives."""
+    calibration = ProbeCalibration(probes=("lasagna recipe", "airline legroom"))
+    model, port = HashingEmbedder(), FaultySearchPort(sample_kb.store)
+    request = SearchRequest(ANSWERABLE, model.embed_query(ANSWERABLE), 5)
+    calibration.null_for(request, port, model)
+    model_ref, port_ref = weakref.ref(model), weakref.ref(port)
+    del model, port, request
+    gc.collect()
+    assert model_ref() is not None and port_ref() is not None  # held by the calibration's entries
 
 
 def _verdict(dense_rank: int | None, sparse_rank: int | None, margin: float = 5.0) -> EvidenceVerdict:
