@@ -1,14 +1,14 @@
 """Batched lookups: the same DAG as a single lookup, with embeddings and searches done in batches.
 
 Each query runs through ``KnowledgeTool``'s Hamilton driver in two steps. First the DAG runs up
-to ``l1_requests``, what it would ask the store (the query vectors of the whole batch handed in
-as an override of ``query_vector``); then every query's requests go to the store as one
-``search_batch``, and the DAG runs on from there with each query's answers as its ``l1_answers``
-(and the nodes it already computed as overrides). The requests are the DAG's own, whatever
-fields its nodes put in them (filter, fallback companion, any later field), so a batched result
-equals the single-call result by construction. A search the DAG makes past that point (the
-``threshold`` rule's retry) goes to the store live; a batch the store fails is asked again, per
-query, by the DAG's own ``l1_answers``, which traces the errors.
+to ``l1_requests``, what it would ask the store (the query vectors of its chunk, encoded as one
+batch, handed in as an override of ``query_vector``); then the requests of every query of the
+chunk go to the store as one ``search_batch``, and the DAG runs on from there with each query's
+answers as its ``l1_answers`` (and the nodes it already computed as overrides). The requests are
+the DAG's own, whatever fields its nodes put in them (filter, fallback companion, any later
+field), so a batched result equals the single-call result by construction. A search the DAG
+makes past that point (the ``threshold`` rule's retry) goes to the store live; a batch the store
+fails is asked again, per query, by the DAG's own ``l1_answers``, which traces the errors.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from lookup_knowledge.contract import LookupResult, NodeTiming
 from lookup_knowledge.dataflows.retrieval import SearchAnswer
 from lookup_knowledge.pipeline import ANSWER_NODE, REQUEST_NODE
 
-BATCH_SIZE = 256  # queries per task of the evaluation dataflow
 CHUNK_SIZE = 100  # at most this many queries embedded, and searched, together
 VECTOR_NODE = "query_vector"
 

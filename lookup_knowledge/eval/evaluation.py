@@ -20,13 +20,13 @@ from hamilton.execution import executors
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.config import Config
 from lookup_knowledge.eval import dataflow as evaluation_dataflow
-from lookup_knowledge.eval.batch import BATCH_SIZE, ToolProvider
+from lookup_knowledge.eval.batch import ToolProvider
 from lookup_knowledge.eval.data import Qrels
 from lookup_knowledge.eval.metrics import EVAL_DEPTH, METRIC_NAMES, pinned_categories
 
 __all__ = ["METRIC_NAMES", "EvalRun", "distributed_evaluate", "evaluate", "filter_headline"]
 EVAL_OUTPUTS = ["results_frame", "per_query_metrics", "eval_metrics"]
-SHARD_SIZE = BATCH_SIZE  # queries per task of the evaluation dataflow on Dask
+SHARD_SIZE = 256  # queries per task of the evaluation dataflow on Dask
 # In-process the tasks run one after another and each begins with an encoding nothing overlaps
 # (lookup_many): fewer, larger tasks.
 LOCAL_SHARD_SIZE = 4 * SHARD_SIZE
