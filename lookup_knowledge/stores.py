@@ -11,7 +11,6 @@ from lookup_knowledge.adapters.dask_cluster import DaskEmbedder
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.errors import StoreBackendError
 from lookup_knowledge.adapters.l0_index import L0Index
-from lookup_knowledge.adapters.qdrant_client_store import ClusterLayout, QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, KnowledgeStore
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
@@ -45,6 +44,9 @@ def open_store(config: Config, dimension: int | None = None, *, create: bool = T
     if store.backend == "edge":
         path = store.path / store.collection
         return open_shared(lambda: QdrantEdgeStore(path, dimension, create=create), path, store.lock_wait_s)
+    # qdrant-client (about a second of imports) loads only for a store that is not embedded
+    from lookup_knowledge.adapters.qdrant_client_store import ClusterLayout, QdrantClientStore
+
     layout = ClusterLayout(**{name: getattr(store, name) for name in CLUSTER_SETTINGS})
     if store.url:
         return QdrantClientStore(

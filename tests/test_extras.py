@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,22 @@ def test_importing_the_package_loads_no_sql_plotting_dask_mcp_or_model_code() ->
     )
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()}
     assert not imported & set(HEAVY)
+
+
+def test_the_command_line_loads_no_hamilton_extension_or_server_client_it_does_not_use() -> None:
+    """Hamilton's extension autoloader (scikit-learn, Dask, matplotlib, ...) and qdrant-client
+    (for a store that is not embedded) cost every command seconds of start; the CLI loads neither."""
+    environment = {k: v for k, v in os.environ.items() if k != "HAMILTON_AUTOLOAD_EXTENSIONS"}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import lookup_knowledge.cli.app"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=environment,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()}
+    assert "hamilton" in imported  # the check is not vacuous: the CLI does build drivers
+    assert not imported & {"sklearn", "matplotlib", "dask", "scipy", "qdrant_client"}
 
 
 def test_public_names_still_resolve_on_first_use() -> None:
