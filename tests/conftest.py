@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import worker_environment  # noqa: F401  (first: before any library starts a thread pool)
 import yaml
 from dataflow_fixtures import SampleKB, ingest_sample_kb
 

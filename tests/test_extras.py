@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from access_fixtures import comparable, differences
 
+from lookup_knowledge import KnowledgeTool, load_config
 from lookup_knowledge.extras import EXTRAS, MissingExtraError, require
 
 CLI = Path(sys.executable).with_name("lookup-knowledge")
@@ -40,6 +43,34 @@ def test_the_command_line_loads_no_hamilton_extension_or_server_client_it_does_n
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()}
     assert "hamilton" in imported  # the check is not vacuous: the CLI does build drivers
     assert not imported & {"sklearn", "matplotlib", "dask", "scipy", "qdrant_client"}
+
+
+def test_a_lookup_with_hamilton_extensions_autoloaded_gives_the_same_result(sample_store: Path) -> None:
+    """The suite runs with the autoloader off (conftest); an agent process may have it on (the
+    default outside the CLI): its extensions change nothing a lookup returns."""
+    query = "Who must approve a refund above 500 EUR?"
+    script = (
+        "import json, sys\n"
+        "from lookup_knowledge import KnowledgeTool, load_config\n"
+        "from hamilton import registry\n"
+        "assert 'pandas' in registry.DF_TYPE_AND_COLUMN_TYPES, 'the autoloader did not run'\n"
+        "with KnowledgeTool.from_config(load_config(overrides={'store.path': sys.argv[1]})) as tool:\n"
+        "    print(tool.lookup(sys.argv[2]).model_dump_json(by_alias=True))\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "HAMILTON_AUTOLOAD_EXTENSIONS"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(sample_store), query],
+        capture_output=True,
+        text=True,
+        env=environment,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = load_config(overrides={"store.path": str(sample_store)})
+    with KnowledgeTool.from_config(config) as tool:  # the configured embedder, as the other process
+        here = tool.lookup(query).model_dump(by_alias=True, mode="json")
+    there = json.loads(done.stdout)
+    assert there["found"] is True
+    assert differences(comparable(there), comparable(here)) == []
 
 
 def test_public_names_still_resolve_on_first_use() -> None:
