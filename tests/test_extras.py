@@ -29,16 +29,20 @@ def test_importing_the_package_loads_no_sql_plotting_dask_mcp_or_model_code() ->
     assert not imported & set(HEAVY)
 
 
+def hamilton_default_environment() -> dict[str, str]:
+    """This environment without the suite's autoloader setting (conftest): Hamilton's default."""
+    return {k: v for k, v in os.environ.items() if k != "HAMILTON_AUTOLOAD_EXTENSIONS"}
+
+
 def test_the_command_line_loads_no_hamilton_extension_or_server_client_it_does_not_use() -> None:
     """Hamilton's extension autoloader (scikit-learn, Dask, matplotlib, ...) and qdrant-client
     (for a store that is not embedded) cost every command seconds of start; the CLI loads neither."""
-    environment = {k: v for k, v in os.environ.items() if k != "HAMILTON_AUTOLOAD_EXTENSIONS"}
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "import lookup_knowledge.cli.app"],
         capture_output=True,
         text=True,
         check=True,
-        env=environment,
+        env=hamilton_default_environment(),
     )
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()}
     assert "hamilton" in imported  # the check is not vacuous: the CLI does build drivers
@@ -57,12 +61,11 @@ def test_a_lookup_with_hamilton_extensions_autoloaded_gives_the_same_result(samp
         "with KnowledgeTool.from_config(load_config(overrides={'store.path': sys.argv[1]})) as tool:\n"
         "    print(tool.lookup(sys.argv[2]).model_dump_json(by_alias=True))\n"
     )
-    environment = {k: v for k, v in os.environ.items() if k != "HAMILTON_AUTOLOAD_EXTENSIONS"}
     done = subprocess.run(
         [sys.executable, "-c", script, str(sample_store), query],
         capture_output=True,
         text=True,
-        env=environment,
+        env=hamilton_default_environment(),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     config = load_config(overrides={"store.path": str(sample_store)})
