@@ -4,6 +4,7 @@ the engine's scored points become the port's hits the same way (:func:`found_hit
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -43,6 +44,21 @@ class QdrantStore(KnowledgeStore):
     def _matching(self, request: SearchRequest | None) -> int:
         """The exact number of points a request may return (under its category and access
         filters); of all points without a request."""
+
+
+def idf_of(token: int, score: float, indices: Sequence[int], values: Sequence[float]) -> float | None:
+    """A token's IDF, read from the engine's answer to the one-token query ``{token: 1}``: its
+    best point's score is the IDF times that point's weight for the token (``Modifier.IDF``).
+    The engine applies the IDF without exposing it; this reads it back exactly."""
+    for index, value in zip(indices, values, strict=True):
+        if index == token and value > 0:
+            return score / value
+    return None
+
+
+def unheld_idf(points: int) -> float:
+    """The BM25 IDF of a term no chunk holds, in a store of ``points`` chunks."""
+    return math.log(1 + (points + 0.5) / 0.5)
 
 
 def cosine_normalized(score: float) -> float:

@@ -219,6 +219,11 @@ class KnowledgeSearchPort(ABC):
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches at once, results in request order."""
 
+    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
+        """The store's BM25 IDF of each BM25 token id; a token no chunk the caller may see holds
+        gets the IDF of a term no chunk holds. A port that cannot tell returns ``{}``."""
+        return {}
+
 
 class KnowledgeStore(KnowledgeSearchPort):
     """A search port that ingestion can also write to."""

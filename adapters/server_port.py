@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from .errors import StoreUnavailableError
-from .search import KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
+from .search import AccessScope, KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
 
 RETRY_AFTER_S = 1.0
 T = TypeVar("T")
@@ -50,6 +50,9 @@ class ReconnectingSearchPort(KnowledgeSearchPort):
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         return self._on_store(lambda store: store.search_batch(requests))
+
+    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
+        return self._on_store(lambda store: store.term_idf(token_ids, access))
 
     def _on_store(self, call: Callable[[KnowledgeStore], T]) -> T:
         """``call`` on the open store; a store that turns out unavailable is dropped."""

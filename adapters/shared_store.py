@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import StoreLockedError
-from .search import KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
+from .search import AccessScope, KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
 from .text import escape_surrogates
 
 POLL_S = 0.1  # how often a waiting opener retries and the holder looks for a handover request
@@ -149,6 +149,13 @@ class SharedSearchPort(KnowledgeSearchPort):
         store = self._acquire()
         try:
             return store.search_batch(requests)
+        finally:
+            self._release()
+
+    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
+        store = self._acquire()
+        try:
+            return store.term_idf(token_ids, access)
         finally:
             self._release()
 

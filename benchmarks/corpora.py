@@ -121,3 +121,38 @@ def hugo_described_pages(cache: Path) -> Path:
     rows = ["query-id\tcorpus-id\tscore"] + [f"hugo-{n}\t{page.doc_id}\t1" for n, page in enumerate(pages)]
     (folder / "qrels.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return folder
+
+
+PACKAGE_README_CHARS = 2000  # a package description shorter than this is a stub, not a docs page
+
+
+def package_readmes(cache: Path) -> tuple[Path, Path]:
+    """A second docs site nobody here wrote, for checking choices made on hugo-docs: the
+    markdown long descriptions (READMEs) of the Python packages installed in this environment,
+    one page each, and their one-line ``Summary`` as the page's question (its frontmatter
+    ``description``, not indexed, as on hugo-docs). Returns the pages' folder and the BEIR
+    folder of questions and judgments. Which packages are installed decides the set: compare
+    runs of one environment."""
+    from importlib.metadata import distributions
+
+    pages, questions = cache / "package-readmes", cache / "package-readmes-described"
+    if (questions / "qrels.tsv").is_file():
+        return pages, questions
+    pages.mkdir(parents=True, exist_ok=True)
+    questions.mkdir(parents=True, exist_ok=True)
+    found: dict[str, tuple[str, str]] = {}
+    for dist in distributions():
+        meta = dist.metadata
+        body, summary = meta.get_payload() or meta.get("Description") or "", meta.get("Summary") or ""
+        markdown = "markdown" in (meta.get("Description-Content-Type") or "")
+        if markdown and len(body) >= PACKAGE_README_CHARS and len(summary.split()) >= 3:
+            found.setdefault(meta["Name"].lower(), (summary.strip(), body))
+    rows, records = ["query-id\tcorpus-id\tscore"], []
+    for number, (name, (summary, body)) in enumerate(sorted(found.items())):
+        header = json.dumps({"title": name, "description": summary}, ensure_ascii=False)
+        (pages / f"{name}.md").write_text(f"---\n{header}\n---\n{body}", encoding="utf-8")
+        records.append(json.dumps({"_id": f"pkg-{number}", "text": summary}, ensure_ascii=False))
+        rows.append(f"pkg-{number}\t{name}.md\t1")
+    (questions / "queries.jsonl").write_text("\n".join(records) + "\n", encoding="utf-8")
+    (questions / "qrels.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return pages, questions

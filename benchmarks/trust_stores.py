@@ -1,7 +1,9 @@
 """The knowledge bases benchmarks/trust.py reads: one store per judged collection.
 
 SciFact (its 300 test claims), each classic-dev collection on its own (four domains: a
-question of one is off-topic for the others) and hugo-docs (page descriptions as questions).
+question of one is off-topic for the others) and hugo-docs (page descriptions as questions);
+held out, for checking choices made on those: the READMEs of the installed Python packages
+(their one-line summaries as questions).
 Stores and vectors are cached under ``--cache`` (``benchmarks/corpora.py``).
 """
 
@@ -11,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from corpora import DATA, hugo_described_pages
+from corpora import DATA, hugo_described_pages, package_readmes
 
 CLASSIC_DOMAINS = ("aeronautics", "medicine", "library_information_science", "news")
 
@@ -44,12 +46,17 @@ def classic_collection(cache: Path, domain: str) -> Path:
     return folder
 
 
-def judged_sets(cache: Path) -> list[JudgedSet]:
-    """Every judged knowledge base of the trust benchmark."""
+def judged_sets(cache: Path, held_out: bool = False) -> list[JudgedSet]:
+    """Every judged knowledge base of the trust benchmark; with ``held_out``, also the docs set
+    choices made on the others are checked on (``corpora.package_readmes``)."""
     classic = [
         JudgedSet(f"classic-{d}", folder, folder)
         for d in CLASSIC_DOMAINS
         for folder in [classic_collection(cache, d).resolve()]
     ]
     hugo = JudgedSet("hugo-docs", DATA / "hugo-docs", hugo_described_pages(cache).resolve())
-    return [JudgedSet("scifact", DATA / "scifact", DATA / "scifact"), *classic, hugo]
+    sets = [JudgedSet("scifact", DATA / "scifact", DATA / "scifact"), *classic, hugo]
+    if held_out:
+        pages, questions = package_readmes(cache)
+        sets.append(JudgedSet("package-readmes", pages.resolve(), questions.resolve()))
+    return sets

@@ -31,6 +31,8 @@ from .retrieval import SearchAttempt
 
 COVERAGE_HITS = 3  # the best hits whose matched terms count toward the query's coverage
 CJK_COVERAGE = 0.3  # a CJK query's share of terms its best hits must hold (set on the sample KB alone)
+INFORMATIVE_SHARE = 0.4  # the share of the query's IDF weight held by the best hits that lowers the bar
+INFORMATIVE_RELIEF = 0.5  # by how much (in margin units) the bar is then lowered
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ class EvidenceVerdict:
     null_p90: float | None = None
     probes: int = 0
     lexical_coverage: float | None = None
+    informative_coverage: float | None = None
     query_terms: tuple[str, ...] = ()
     matched_terms: tuple[str, ...] = ()
     top_dense_rank: int | None = None
@@ -121,6 +124,28 @@ def _reason(
     return "plausible"
 
 
+def _informative_coverage(
+    query: str, matched: tuple[str, ...], search_port: KnowledgeSearchPort, request: SearchRequest
+) -> float | None:
+    """The share of the query's information the best hits hold: the store's BM25 IDF of the
+    terms they hold over that of all the query's terms (``None``: the store cannot tell)."""
+    tokens = bm25_encoder().query_terms(query)
+    try:
+        idf = search_port.term_idf(list(tokens.values()), request.access)
+    except Exception:  # the store failed after the search: the margin alone decides
+        return None
+    total = sum(idf.get(token, 0.0) for token in tokens.values())
+    if not idf or total <= 0:
+        return None
+    return sum(idf.get(tokens[term], 0.0) for term in matched) / total
+
+
+def _relieved(margin: float | None, coverage: float | None, policy: AbstentionPolicy) -> bool:
+    """Whether a lookup refused by its margin alone comes close enough to the bar that the
+    query's informative words may decide (``INFORMATIVE_RELIEF`` below ``strictness``)."""
+    return margin is not None and bool(coverage) and margin >= policy.strictness - INFORMATIVE_RELIEF
+
+
 def evidence_verdict(
     query: str,
     query_terms: tuple[str, ...],
@@ -128,9 +153,14 @@ def evidence_verdict(
     probe_null: ProbeNull,
     abstention_policy: AbstentionPolicy,
     retrieval_mode: str,
+    search_port: KnowledgeSearchPort,
+    search_request: SearchRequest | None = None,
 ) -> EvidenceVerdict:
     """Whether the usable hits plausibly answer the question: the margin of their best cosine
-    over the store's probe null against ``abstention.strictness``."""
+    over the store's probe null against ``abstention.strictness``; a margin short of it by at
+    most ``INFORMATIVE_RELIEF`` passes when the best hits hold words that carry at least
+    ``INFORMATIVE_SHARE`` of the query's information (the store's BM25 IDF, read only then).
+    No ``search_request`` (L1 disabled): no store was searched, no hits to read."""
     hits = sorted(_used_hits(retrieval_attempts), key=lambda hit: -hit.score)
     policy = abstention_policy
     if not hits:
@@ -141,8 +171,13 @@ def evidence_verdict(
     if retrieval_mode != "dense" and query_terms:
         coverage, matched = _coverage(query_terms, hits)
     reason = _reason(query, margin, coverage, hits, policy)
+    informative = None
+    if reason == "below_probe_null" and search_request is not None and _relieved(margin, coverage, policy):
+        informative = _informative_coverage(query, matched, search_port, search_request)
+        if informative is not None and informative >= INFORMATIVE_SHARE:
+            reason = "informative_terms"
     return EvidenceVerdict(
-        plausible=not policy.enabled or reason in ("plausible", "exact_code"),
+        plausible=not policy.enabled or reason in ("plausible", "exact_code", "informative_terms"),
         reason=reason,
         margin=margin,
         dense_top=dense_top,
@@ -151,6 +186,7 @@ def evidence_verdict(
         null_p90=probe_null.quantile(0.9),
         probes=len(probe_null.dense_tops),
         lexical_coverage=coverage,
+        informative_coverage=informative,
         query_terms=query_terms,
         matched_terms=matched,
         top_dense_rank=hits[0].dense_rank,

@@ -16,7 +16,9 @@ FallbackReason = Literal[
     "filtered_vector_no_evidence", "filtered_vector_low_quality", "filtered_vector_error"
 ]
 RelevanceLevel = Literal["high", "medium", "low", "none"]
-VerdictReason = Literal["no_candidates", "exact_code", "plausible", "below_probe_null", "no_shared_terms"]
+VerdictReason = Literal[
+    "no_candidates", "exact_code", "plausible", "informative_terms", "below_probe_null", "no_shared_terms"
+]
 FallbackRule = Literal["relative", "threshold"]
 RetrievalMode = Literal["dense", "sparse", "hybrid"]
 FusionMethod = Literal["rrf", "dbsf"]
@@ -236,7 +238,8 @@ class EvidenceVerdictTrace(ContractModel):
     reason: VerdictReason = Field(
         description="no_candidates: no hit passed the evidence floors; below_probe_null: margin under "
         "strictness; no_shared_terms: the best hits hold none of the query's terms; exact_code: a hit "
-        "holds a code of the query verbatim"
+        "holds a code of the query verbatim; informative_terms: margin under strictness by at most 0.5, "
+        "and the best hits hold words carrying at least 40% of the query's information (informative_coverage)"
     )
     margin: float | None = Field(
         description="how far dense_top lies above the store's probe median, in units of the probes' "
@@ -251,6 +254,11 @@ class EvidenceVerdictTrace(ContractModel):
     probes: int = Field(description="probe questions in the store's null distribution (the query's script)")
     lexical_coverage: float | None = Field(
         description="share of the query's terms the best three hits hold (sparse, hybrid; None in dense mode)"
+    )
+    informative_coverage: float | None = Field(
+        None,
+        description="read only for a margin under strictness by at most 0.5: the store's BM25 IDF of "
+        "the terms the best three hits hold, over that of all the query's terms",
     )
     query_terms: list[str] = Field(description="the query's informative terms (stop words removed)")
     matched_terms: list[str] = Field(description="those the best hits hold")

@@ -15,7 +15,7 @@ from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.corpus import SourceDocument, read_corpus
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
-from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.config import Config
 from lookup_knowledge.probes import PROBE_QUERIES
@@ -105,9 +105,12 @@ class FaultySearchPort(KnowledgeSearchPort):
         fail_filtered: bool = False,
         fail_unfiltered: bool = False,
         fail_all: bool = False,
+        fail_term_idf: bool = False,
         message: str = "simulated backend outage",
     ) -> None:
         self.inner = inner
+        self.fail_term_idf = fail_term_idf
+        self.term_idf_calls = 0
         self.fail_filtered = fail_filtered
         self.fail_unfiltered = fail_unfiltered
         self.fail_all = fail_all
@@ -143,6 +146,12 @@ class FaultySearchPort(KnowledgeSearchPort):
             return self.inner.search_batch(requests)
         self.round_trips.append(list(requests))
         return [self._search(request) for request in requests]
+
+    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
+        self.term_idf_calls += 1
+        if self.fail_all or self.fail_term_idf:
+            raise ConnectionError(self.message)
+        return self.inner.term_idf(token_ids, access)
 
     def returned_hits(self) -> dict[str, SearchHit]:
         """Evidence key -> hit, over every hit any search returned."""

@@ -20,7 +20,7 @@ from lookup_knowledge import sample_knowledge_base
 from lookup_knowledge.adapters.search import SearchRequest, access_scope
 from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, script_of
 from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
-from lookup_knowledge.dataflows.abstention import EvidenceVerdict
+from lookup_knowledge.dataflows.abstention import INFORMATIVE_RELIEF, INFORMATIVE_SHARE, EvidenceVerdict
 from lookup_knowledge.dataflows.postprocessing import SCREENED_COLUMNS
 from lookup_knowledge.dataflows.result import completeness_hint, relevance_level
 from lookup_knowledge.frames import object_frame
@@ -94,11 +94,53 @@ def test_levels_mean_what_they_promise_on_the_sample_knowledge_base(tool) -> Non
 def test_strictness_is_configurable_and_abstention_can_be_turned_off(sample_kb, embedder) -> None:
     query = "What is our parental leave policy?"  # policy words, no leave policy: a near miss
     margin = make_tool(sample_kb, embedder).lookup(query).retrieval_trace.evidence_verdict.margin
-    strict = make_tool(sample_kb, embedder, abstention__strictness=margin + 0.5).lookup(query)
+    beyond_relief = margin + INFORMATIVE_RELIEF + 0.25  # its informative words cannot pass it either
+    strict = make_tool(sample_kb, embedder, abstention__strictness=beyond_relief).lookup(query)
     lenient = make_tool(sample_kb, embedder, abstention__strictness=max(margin - 0.5, 0.0)).lookup(query)
     assert (strict.found, lenient.found) == (False, True)
     off = make_tool(sample_kb, embedder, abstention__enabled=False).lookup(OFF_TOPIC[0])
     assert off.found is True and off.retrieval_trace.evidence_verdict.plausible is True
+
+
+def _just_short(sample_kb, embedder, query: str, **port: Any):
+    """The lookup of ``query`` with a strictness a quarter above its margin: inside the band
+    where the query's informative words decide; and the port it searched."""
+    margin = make_tool(sample_kb, embedder).lookup(query).retrieval_trace.evidence_verdict.margin
+    searched = FaultySearchPort(sample_kb.store, **port)
+    tool = make_tool(sample_kb, embedder, search_port=searched, abstention__strictness=margin + 0.25)
+    return tool.lookup(query), searched
+
+
+def test_a_margin_just_short_passes_when_the_hits_hold_the_informative_words(sample_kb, embedder) -> None:
+    result, searched = _just_short(sample_kb, embedder, "kafka consumer lag")
+    verdict = result.retrieval_trace.evidence_verdict
+    assert (result.found, verdict.reason, verdict.plausible) == (True, "informative_terms", True)
+    assert verdict.informative_coverage == pytest.approx(1.0)  # the best hits hold every term
+    assert searched.term_idf_calls == 1
+
+
+def test_a_margin_just_short_is_no_evidence_when_the_hits_hold_only_common_words(sample_kb, embedder) -> None:
+    result, _ = _just_short(sample_kb, embedder, "How many vacation days do I get?")
+    verdict = result.retrieval_trace.evidence_verdict
+    assert verdict.matched_terms == ["days"]  # "vacation", the rarer word, is in no chunk
+    assert verdict.informative_coverage < INFORMATIVE_SHARE
+    assert (result.found, verdict.reason) == (False, "below_probe_null")
+    assert result.evidence_status == "no_evidence"
+
+
+def test_the_store_is_asked_for_term_idf_only_inside_the_band(tool, sample_kb, embedder) -> None:
+    searched = FaultySearchPort(sample_kb.store)
+    make_tool(sample_kb, embedder, search_port=searched).lookup(ANSWERABLE)  # well above the bar
+    make_tool(sample_kb, embedder, search_port=searched).lookup(OFF_TOPIC[0])  # far below it
+    assert searched.term_idf_calls == 0
+    assert tool.lookup(ANSWERABLE).retrieval_trace.evidence_verdict.informative_coverage is None
+
+
+def test_a_store_failing_its_term_idf_leaves_the_margin_to_decide(sample_kb, embedder) -> None:
+    result, searched = _just_short(sample_kb, embedder, "kafka consumer lag", fail_term_idf=True)
+    verdict = result.retrieval_trace.evidence_verdict
+    assert searched.term_idf_calls == 1
+    assert (result.found, verdict.reason, verdict.informative_coverage) == (False, "below_probe_null", None)
 
 
 def test_an_outage_stays_retrieval_failed(sample_kb, embedder) -> None:

@@ -5,7 +5,9 @@ The same data (real MiniLM vectors of short texts) must give the same results in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from lookup_knowledge.adapters.search import (
     evidence_key,
     point_id_for,
 )
+from lookup_knowledge.adapters.sparse import bm25_encoder
 
 # (doc_id, chunk_index, categories, text)
 CHUNKS: list[tuple[str, int, list[str], str]] = [
@@ -266,6 +269,24 @@ def test_search_batch_equals_individual_searches(loaded: KnowledgeStore, vectors
         single = loaded.search(req)
         assert ranked(batch_hits) == ranked(single)
         assert [h.score for h in batch_hits] == pytest.approx([h.score for h in single], abs=1e-5)
+
+
+def test_term_idf_is_the_bm25_idf_of_the_chunks_holding_each_term(store: KnowledgeStore, vectors) -> None:
+    """The engine applies BM25's IDF without exposing it; ``term_idf`` reads it back. A term no
+    chunk the caller may see holds gets the IDF of a term no chunk holds."""
+    encoder = bm25_encoder()
+    sparse = {text: encoder.embed_document(text) for *_, text in CHUNKS}
+    store.upsert([replace(stored(vectors, *row), sparse_vector=sparse[row[3]]) for row in CHUNKS])
+    terms = encoder.query_terms("refund card kafka zebra")
+    held = {token: sum(token in vector.indices for vector in sparse.values()) for token in terms.values()}
+    assert sorted(held.values()) == [0, 1, 2, 2]  # zebra, kafka, refund(s), card
+    idf = {t: math.log(1 + (len(CHUNKS) - df + 0.5) / (df + 0.5)) for t, df in held.items()}
+    assert store.term_idf(list(terms.values())) == pytest.approx(idf, rel=1e-4)
+    assert store.term_idf([]) == {}
+    store.set_access("kafka", ["team-a"])
+    unheld = idf[terms["zebra"]]
+    only_kafka = {t: idf[t] if t == terms["kafka"] else unheld for t in terms.values()}
+    assert store.term_idf(list(terms.values()), access=("team-a",)) == pytest.approx(only_kafka, rel=1e-4)
 
 
 def test_delete_documents_removes_all_their_chunks(filled: KnowledgeStore, vectors) -> None:
