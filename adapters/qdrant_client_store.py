@@ -26,16 +26,7 @@ from .errors import (
     StoreUnavailableError,
 )
 from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
-from .qdrant_store import (
-    DENSE_VECTOR,
-    RRF_K,
-    SPARSE_VECTOR,
-    QdrantStore,
-    ScoredPoints,
-    found_hits,
-    idf_of,
-    unheld_idf,
-)
+from .qdrant_store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, QdrantStore, ScoredPoints, found_hits
 from .redaction import mask_secrets
 from .search import AccessScope, SearchHit, SearchRequest, StoredChunk
 from .sparse import SparseVector
@@ -169,9 +160,7 @@ class QdrantClientStore(QdrantStore):
             responses = self._client.query_batch_points(self.collection, requests=queries)
         return [{p.id: p.score for p in response.points} for response in responses]
 
-    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
-        """Each token's IDF, read back from one batch of one-token BM25 queries (:func:`idf_of`);
-        a token no chunk the caller may see holds: :func:`unheld_idf`."""
+    def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
         conditions = _access_conditions(access)
         where = models.Filter(must=conditions) if conditions else None
         queries = [
@@ -184,20 +173,9 @@ class QdrantClientStore(QdrantStore):
             )
             for token in token_ids
         ]
-        if not queries:
-            return {}
         with self._errors("search"):
             responses = self._client.query_batch_points(self.collection, requests=queries)
-        found: dict[int, float] = {}
-        for token, response in zip(token_ids, responses, strict=True):
-            vectors = response.points[0].vector if response.points else None
-            sparse = vectors.get(SPARSE_VECTOR) if isinstance(vectors, dict) else None
-            if sparse is not None:
-                idf = idf_of(token, response.points[0].score, sparse.indices, sparse.values)
-                if idf is not None:
-                    found[token] = idf
-        unheld = unheld_idf(self.count()) if len(found) < len(token_ids) else 0.0
-        return {token: found.get(token, unheld) for token in token_ids}
+        return [response.points[0] if response.points else None for response in responses]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):

@@ -23,16 +23,7 @@ from .errors import (
     backend_errors,
 )
 from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
-from .qdrant_store import (
-    DENSE_VECTOR,
-    RRF_K,
-    SPARSE_VECTOR,
-    QdrantStore,
-    ScoredPoints,
-    found_hits,
-    idf_of,
-    unheld_idf,
-)
+from .qdrant_store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, QdrantStore, ScoredPoints, found_hits
 from .search import AccessScope, SearchHit, SearchRequest, StoredChunk
 from .shared_store import holder_note, process_note, write_private
 from .sparse import SparseVector
@@ -180,9 +171,7 @@ class QdrantEdgeStore(QdrantStore):
             results = self._shard.query_batch(qe.QueryBatchRequest(queries))
         return [{p.id: p.score for p in points} for points in results]
 
-    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
-        """Each token's IDF, read back from one batch of one-token BM25 queries (:func:`idf_of`);
-        a token no chunk the caller may see holds: :func:`unheld_idf`."""
+    def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
         where = qe.Filter(must=conditions) if (conditions := _access_conditions(access)) else None
         queries = [
             qe.QueryRequest(
@@ -194,15 +183,8 @@ class QdrantEdgeStore(QdrantStore):
             for token in token_ids
         ]
         with backend_errors("search"):
-            results = self._shard.query_batch(qe.QueryBatchRequest(queries)) if queries else []
-        found: dict[int, float] = {}
-        for token, points in zip(token_ids, results, strict=True):
-            if points and (sparse := points[0].vector.get(SPARSE_VECTOR)) is not None:
-                idf = idf_of(token, points[0].score, sparse.indices, sparse.values)
-                if idf is not None:
-                    found[token] = idf
-        unheld = unheld_idf(self.count()) if len(found) < len(token_ids) else 0.0
-        return {token: found.get(token, unheld) for token in token_ids}
+            results = self._shard.query_batch(qe.QueryBatchRequest(queries))
+        return [points[0] if points else None for points in results]
 
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):

@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import StoreBackendError
 from .payload import CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD
-from .search import KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
+from .search import AccessScope, KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
 from .sparse import Bm25Encoder, bm25_encoder, holds_identifier
 
 DENSE_VECTOR = "dense"  # the named vectors every point carries
@@ -36,6 +36,23 @@ class QdrantStore(KnowledgeStore):
     def count(self) -> int:
         return self._matching(None)
 
+    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
+        """Each token's IDF, read back from one batch of one-token BM25 queries (:func:`idf_of`);
+        a token no chunk the caller may see holds: :func:`unheld_idf`."""
+        tops = self._token_tops(token_ids, access) if token_ids else []
+        found = {
+            token: idf
+            for token, top in zip(token_ids, tops, strict=True)
+            if top is not None and (idf := idf_of(token, top)) is not None
+        }
+        unheld = unheld_idf(self.count()) if len(found) < len(token_ids) else 0.0
+        return {token: found.get(token, unheld) for token in token_ids}
+
+    @abstractmethod
+    def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
+        """Per token, the best point (with its BM25 vector) the caller may see of the one-token
+        query ``{token: 1}``, or ``None``: one batch."""
+
     @abstractmethod
     def _payloads(self) -> Iterator[Mapping[str, Any]]:
         """Every point's version fields (:data:`~.payload.VERSION_FIELDS`), page by page."""
@@ -46,13 +63,15 @@ class QdrantStore(KnowledgeStore):
         filters); of all points without a request."""
 
 
-def idf_of(token: int, score: float, indices: Sequence[int], values: Sequence[float]) -> float | None:
+def idf_of(token: int, point: Any) -> float | None:
     """A token's IDF, read from the engine's answer to the one-token query ``{token: 1}``: its
     best point's score is the IDF times that point's weight for the token (``Modifier.IDF``).
     The engine applies the IDF without exposing it; this reads it back exactly."""
-    for index, value in zip(indices, values, strict=True):
+    vectors = point.vector if isinstance(point.vector, Mapping) else {}
+    sparse = vectors.get(SPARSE_VECTOR)
+    for index, value in zip(sparse.indices if sparse else (), sparse.values if sparse else (), strict=True):
         if index == token and value > 0:
-            return score / value
+            return point.score / value
     return None
 
 
