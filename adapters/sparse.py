@@ -132,6 +132,15 @@ def identifiers(text: str) -> list[str]:
     return list(found.values())
 
 
+def distinctive(code: str) -> bool:
+    """Whether an identifier names one thing wherever it occurs: it holds a digit or an inner
+    separator, or is a flag (``E4471``, ``INV-48213``, ``SOME_ENV_VAR``, ``server.http.port``,
+    ``--dry-run``). A camelCase word without them is as often a product's name (``GitHub``,
+    ``JavaScript``, ``PostgreSQL``) as a key (``baseURL``): a chunk holding it says little about
+    whether it answers a question naming it."""
+    return any(c.isdigit() for c in code) or _PARTED.search(code) is not None
+
+
 def _whole_token(identifier: str) -> str:
     """One word-tokenizer token standing for the whole identifier (case-insensitive): letters and
     digits only, so the tokenizer keeps it whole and the stemmer leaves it alone."""

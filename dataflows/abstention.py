@@ -23,7 +23,7 @@ from hamilton.function_modifiers import config
 
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-from lookup_knowledge.adapters.sparse import bm25_encoder
+from lookup_knowledge.adapters.sparse import bm25_encoder, distinctive
 from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, script_of
 from lookup_knowledge.contract import VerdictReason
 
@@ -105,7 +105,8 @@ def _coverage(terms: tuple[str, ...], hits: list[SearchHit]) -> tuple[float, tup
 def _reason(
     query: str, margin: float | None, coverage: float | None, hits: list[SearchHit], policy: AbstentionPolicy
 ) -> VerdictReason:
-    """A hit that holds one of the query's codes verbatim answers for itself; otherwise, when
+    """A hit that holds one of the query's distinctive codes verbatim (:func:`distinctive`:
+    ``E4471``, not ``GitHub``) answers for itself; otherwise, when
     the query has BM25 terms, the best hits must hold at least one of them (an off-topic
     question often shares none), and the best cosine must clear the store's null by
     ``strictness`` (no null, the probes could not run: the evidence floors alone decide).
@@ -113,7 +114,7 @@ def _reason(
     A CJK query is read by its words instead: MiniLM embeds CJK text as a few rare tokens, so
     every CJK probe scores alike on a store and the dense null tells nothing; the best hits
     must hold :data:`CJK_COVERAGE` of its characters and pairs."""
-    if any(hit.exact_codes for hit in hits[:COVERAGE_HITS]):
+    if any(distinctive(code) for hit in hits[:COVERAGE_HITS] for code in hit.exact_codes):
         return "exact_code"
     if coverage is not None and coverage == 0.0:
         return "no_shared_terms"

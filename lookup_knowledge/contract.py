@@ -238,7 +238,8 @@ class EvidenceVerdictTrace(ContractModel):
     reason: VerdictReason = Field(
         description="no_candidates: no hit passed the evidence floors; below_probe_null: margin under "
         "strictness; no_shared_terms: the best hits hold none of the query's terms; exact_code: a hit "
-        "holds a code of the query verbatim; informative_terms: margin under strictness by at most 0.5, "
+        "holds a distinctive code of the query verbatim (with digits or separators: E4471, SOME_ENV_VAR; "
+        "not a camelCase name such as GitHub); informative_terms: margin under strictness by at most 0.5, "
         "and the best hits hold words carrying at least 40% of the query's information (informative_coverage)"
     )
     margin: float | None = Field(

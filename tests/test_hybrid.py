@@ -19,6 +19,7 @@ from dataflow_fixtures import (
     FAPIAO_QUERY,
     REFUND_DOC,
     REFUND_QUERY,
+    FaultySearchPort,
     SampleKB,
     ingest_kb,
     make_tool,
@@ -44,7 +45,9 @@ from lookup_knowledge.adapters.sparse import (
     SparseVector,
     bm25_encoder,
     cjk_spaced,
+    distinctive,
     holds_identifier,
+    identifiers,
     sparse_text,
 )
 from lookup_knowledge.contract import LookupResult
@@ -429,6 +432,10 @@ CODE_KB = {  # the code chunk scores a dense cosine under 0.2 for the bare code:
         {"id": "invoices", "title": "Invoices", "domain": "finance"},
         "# Invoices\n\nInvoice numbers look like INV-2024-0042. Finance reissues a wrong invoice.",
     ),
+    "deploy.md": (
+        {"id": "deploy", "title": "Deploying the site", "domain": "platform"},
+        "# Deploying the site\n\nThe site builds on every push to GitHub; the workflow publishes it.",
+    ),
 }
 
 
@@ -449,6 +456,30 @@ def test_an_exact_code_is_evidence_below_the_dense_floor(code_kb, embedder, mode
     assert block.doc_id == "kafka"
     assert block.normalized_score < tool.config.retrieval.min_evidence_score  # kept by the code
     assert "exact_code:E4471" in block.hit_reasons
+
+
+@pytest.mark.parametrize(
+    ("code", "names_one_thing"),
+    [("E4471", True), ("INV-48213", True), ("SOME_ENV_VAR", True), ("server.http.port", True),
+     ("--dry-run", True), ("t3.micro", True), ("GitHub", False), ("PostgreSQL", False), ("baseURL", False)],
+)  # fmt: skip
+def test_a_code_is_distinctive_by_its_digits_or_separators(code: str, names_one_thing: bool) -> None:
+    assert identifiers(code) == [code]
+    assert distinctive(code) is names_one_thing
+
+
+def test_only_a_distinctive_code_answers_whatever_the_margin(code_kb, embedder) -> None:
+    """A camelCase product name a chunk holds (``GitHub``) is an honest hit reason but not a
+    code that answers for itself: "delete my GitHub account" is not answered by a deploy page."""
+    searched = FaultySearchPort(code_kb.store)
+    no_margin_passes = make_tool(code_kb, embedder, search_port=searched, abstention__strictness=20.0)
+    named = no_margin_passes.lookup("How do I delete my GitHub account?")
+    assert any("GitHub" in hit.exact_codes for hit in searched.returned_hits().values())
+    assert named.evidence_status == "no_evidence"
+    assert named.retrieval_trace.evidence_verdict.reason == "below_probe_null"
+    code = no_margin_passes.lookup("What does error E4471 mean?")
+    assert code.evidence_status == "evidence"
+    assert code.retrieval_trace.evidence_verdict.reason == "exact_code"
 
 
 def test_dense_mode_has_no_code_rule(code_kb, embedder) -> None:
