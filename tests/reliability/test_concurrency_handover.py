@@ -1,11 +1,11 @@
 """8 threads x 50 recorded calls while the store is handed over again and again.
 
-For the first seconds of the run a handover request is posted and withdrawn again and again (its
-requester, this test's parent process, is alive; withdrawing it is what a requester does once it
-has the store), so the serving port closes the store whenever its searches in flight finish, waits
-while the request stands, and reopens it at the next lookup, over and over, under load. Every call
-must still give the answer a sequential call gives, every call is recorded once, and no session's
-domains mix.
+Until the store has been handed over three times, a handover request is posted and withdrawn
+again and again (its requester, this test's parent process, is alive; withdrawing it is what a
+requester does once it has the store), so the serving port closes the store whenever its searches
+in flight finish, waits while the request stands, and reopens it at the next lookup, over and
+over, under load. Every call must still give the answer a sequential call gives, every call is
+recorded once, and no session's domains mix.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.agent.lookup import AgentLookup, invocation_db_url
 
 THREADS, CALLS = 8, 50
-REQUEST_S = 1.5
+HANDOVERS = 3  # the requests go on until the store was handed over this often ...
+REQUEST_S = 10.0  # ... or this long: a loaded machine hands over more slowly than the calls run
 ASKED_S = 0.2  # how long each request stands, and the pause before the next
 QUERIES = [
     "Who must approve a refund above 500 EUR?",
@@ -54,7 +55,7 @@ def test_concurrent_calls_through_repeated_handovers(sample_store: Path, embedde
 
         def ask_again_and_again() -> None:
             until = time.monotonic() + REQUEST_S
-            while time.monotonic() < until:
+            while time.monotonic() < until and agent.tool.search_port.handovers < HANDOVERS:
                 request.write_text(f"{os.getppid()} pytest parent", encoding="utf-8")
                 time.sleep(ASKED_S)
                 request.unlink()
