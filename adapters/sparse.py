@@ -106,14 +106,15 @@ class Bm25Encoder:
 
     @staticmethod
     def matched_terms(query_terms: dict[str, int], document_indices: Iterable[int]) -> list[str]:
-        """Of :meth:`query_terms`, those in a document's sparse vector, capped at
-        :data:`MAX_MATCHED_TERMS`."""
+        """Of :meth:`query_terms`, those in a document's sparse vector (all of them: the verdict
+        reads their share; a hit reason lists the first :data:`MAX_MATCHED_TERMS`)."""
         held = set(document_indices)
         matched: list[str] = []
-        for term, index in query_terms.items():  # longest first: a pair hides its characters
-            if index in held and not any(term in longer for longer in matched):
+        for term, index in query_terms.items():  # longest first: a CJK pair hides its characters
+            hidden = _CJK_RUN.fullmatch(term) is not None and any(term in longer for longer in matched)
+            if index in held and not hidden:
                 matched.append(term)
-        return matched[:MAX_MATCHED_TERMS]
+        return matched
 
 
 def identifiers(text: str) -> list[str]:

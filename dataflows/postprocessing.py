@@ -23,6 +23,7 @@ from lookup_knowledge.adapters.payload import (
 )
 from lookup_knowledge.adapters.search import SearchHit, identity_key
 from lookup_knowledge.adapters.source_files import SourceFile
+from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import BlockLocation, CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
@@ -104,7 +105,7 @@ def _signal_reasons(hit: SearchHit, place: int, retrieval_mode: str, fusion: str
     if hit.dense_rank is not None:
         reasons.append(f"vector:dense rank {hit.dense_rank}")
     if hit.sparse_rank is not None:
-        terms = f" ({', '.join(hit.matched_terms)})" if hit.matched_terms else ""
+        terms = f" ({', '.join(hit.matched_terms[:MAX_MATCHED_TERMS])})" if hit.matched_terms else ""
         reasons.append(f"vector:sparse rank {hit.sparse_rank}{terms}")
     if retrieval_mode == "hybrid":
         reasons.append(f"fused rank {place} ({fusion})")

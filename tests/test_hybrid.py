@@ -186,16 +186,29 @@ def test_a_multi_part_identifier_is_also_one_whole_token() -> None:
     assert encoder.matched_terms(terms, sibling.indices) == []
 
 
-def test_matched_terms_name_the_shared_words_longest_first_and_capped() -> None:
+def test_matched_terms_name_the_shared_words_longest_first_all_of_them() -> None:
     encoder = bm25_encoder()
     document = encoder.embed_document("增值税专用发票申请流程")
     terms = encoder.matched_terms(encoder.query_terms("如何申请增值税发票"), document.indices)
     assert terms[:2] == ["申请", "增值"]
     assert "申" not in terms  # a matched pair hides its characters
-    many = encoder.query_terms(" ".join(f"word{i}" for i in range(20)))
-    assert (
-        len(encoder.matched_terms(many, encoder.embed_document(" ".join(many)).indices)) == MAX_MATCHED_TERMS
+    many = encoder.query_terms(" ".join(f"word{i}" for i in range(20)))  # "word1" is not in "word10"
+    assert len(encoder.matched_terms(many, encoder.embed_document(" ".join(many)).indices)) == 20
+
+
+def test_a_hit_reason_lists_the_first_matched_terms_while_the_verdict_reads_them_all(
+    sample_kb, embedder
+) -> None:
+    query = (
+        "Chargebacks card disputes arrive as webhooks from Stripe or Adyen and are opened "
+        "automatically as cases in the Payments Risk queue"
     )
+    result = make_tool(sample_kb, embedder).lookup(query)
+    verdict = result.retrieval_trace.evidence_verdict
+    assert len(verdict.matched_terms) > MAX_MATCHED_TERMS  # the coverage counts every held term
+    assert verdict.lexical_coverage == pytest.approx(len(verdict.matched_terms) / len(verdict.query_terms))
+    listed = [r for b in result.evidence_blocks for r in b.hit_reasons if r.startswith("vector:sparse")]
+    assert listed and all(reason.count(",") == MAX_MATCHED_TERMS - 1 for reason in listed[:1])
 
 
 def test_equal_scores_are_cut_by_point_id_whether_the_engine_gives_uuids_or_text() -> None:
