@@ -110,11 +110,18 @@ class Bm25Encoder:
         reads their share; a hit reason lists the first :data:`MAX_MATCHED_TERMS`)."""
         held = set(document_indices)
         matched: list[str] = []
-        for term, index in query_terms.items():  # longest first: a CJK pair hides its characters
-            hidden = _CJK_RUN.fullmatch(term) is not None and any(term in longer for longer in matched)
-            if index in held and not hidden:
+        for term, index in query_terms.items():  # longest first: a whole hides its parts
+            if index in held and not any(_part_of(term, longer) for longer in matched):
                 matched.append(term)
         return matched
+
+
+def _part_of(term: str, whole: str) -> bool:
+    """Whether ``term`` is a part of a longer matched term: a character of a CJK pair, or a word
+    of an identifier (``inv`` of ``inv-48213``); ``word1`` is no part of ``word10``."""
+    if _CJK_RUN.fullmatch(term):
+        return term in whole
+    return term in re.split(r"[-_./:#]+", whole.lstrip("-")) and term != whole
 
 
 def identifiers(text: str) -> list[str]:
