@@ -121,7 +121,7 @@ def _part_of(term: str, whole: str) -> bool:
     of an identifier (``inv`` of ``inv-48213``); ``word1`` is no part of ``word10``."""
     if _CJK_RUN.fullmatch(term):
         return term in whole
-    return term in re.split(r"[-_./:#]+", whole.lstrip("-")) and term != whole
+    return term in re.split(r"[-_./:#]+", whole.lstrip("-"))
 
 
 def identifiers(text: str) -> list[str]:

@@ -33,7 +33,7 @@ from rich.table import Table
 from trust_stores import JudgedSet, judged_sets
 
 from lookup_knowledge import KnowledgeTool, load_config
-from lookup_knowledge.adapters.sparse import bm25_encoder
+from lookup_knowledge.calibration import informative_share
 from lookup_knowledge.dataflows.abstention import INFORMATIVE_RELIEF, INFORMATIVE_SHARE
 from lookup_knowledge.eval.data import Qrels, load_qrels, relevance
 
@@ -52,16 +52,6 @@ def judged_questions(judged: JudgedSet) -> tuple[pd.DataFrame, Qrels]:
 
 def _hint_kind(hint: str) -> str:
     return hint.split(":", 1)[0]
-
-
-def informative_share(tool: KnowledgeTool, text: str, matched: tuple[str, ...]) -> float | None:
-    """The verdict's informative coverage, read for every lookup (the product reads it only in
-    the band below the bar): the store's IDF of the terms the best hits hold over that of all
-    the query's terms."""
-    tokens = bm25_encoder().query_terms(text)
-    idf = tool.search_port.term_idf(list(tokens.values()))
-    total = sum(idf.values())
-    return sum(idf[tokens[term]] for term in matched) / total if total else None
 
 
 def lookup_record(tool: KnowledgeTool, text: str, relevant: set[str] | None) -> dict[str, Any]:
@@ -84,7 +74,8 @@ def lookup_record(tool: KnowledgeTool, text: str, relevant: set[str] | None) -> 
         "dense_top": verdict.dense_top if verdict else None,
         "top_dense_rank": verdict.top_dense_rank if verdict else None,
         "top_sparse_rank": verdict.top_sparse_rank if verdict else None,
-        "informative": informative_share(tool, text, verdict.matched_terms) if verdict else None,
+        # read for every lookup (the product reads it only in the band below the bar)
+        "informative": informative_share(text, verdict.matched_terms, tool.search_port) if verdict else None,
     }
     if relevant is not None:
         record["top_relevant"] = bool(documents) and documents[0] in relevant

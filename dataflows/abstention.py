@@ -24,7 +24,7 @@ from hamilton.function_modifiers import config
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder, distinctive
-from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, script_of
+from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, informative_share, script_of
 from lookup_knowledge.contract import VerdictReason
 
 from .retrieval import SearchAttempt
@@ -128,17 +128,12 @@ def _reason(
 def _informative_coverage(
     query: str, matched: tuple[str, ...], search_port: KnowledgeSearchPort, request: SearchRequest
 ) -> float | None:
-    """The share of the query's information the best hits hold: the store's BM25 IDF of the
-    terms they hold over that of all the query's terms (``None``: the store cannot tell)."""
-    tokens = bm25_encoder().query_terms(query)
+    """:func:`informative_share` under the request's access; a store failing now leaves the
+    margin to decide (``None``)."""
     try:
-        idf = search_port.term_idf(list(tokens.values()), request.access)
+        return informative_share(query, matched, search_port, request.access)
     except Exception:  # the store failed after the search: the margin alone decides
         return None
-    total = sum(idf.get(token, 0.0) for token in tokens.values())
-    if not idf or total <= 0:
-        return None
-    return sum(idf.get(tokens[term], 0.0) for term in matched) / total
 
 
 def _relieved(margin: float | None, coverage: float | None, policy: AbstentionPolicy) -> bool:

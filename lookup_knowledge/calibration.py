@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.probes import PROBE_QUERIES
 
@@ -150,3 +150,17 @@ class ProbeCalibration:
         with self._lock:
             self._nulls.clear()
             self._generation += 1
+
+
+def informative_share(
+    query: str, matched: tuple[str, ...], search_port: KnowledgeSearchPort, access: AccessScope | None = None
+) -> float | None:
+    """The share of the query's information the best hits hold: the store's BM25 IDF of the
+    terms they hold (``matched``) over that of all the query's terms (``None``: the store cannot
+    tell). Raises what the store raises."""
+    tokens = bm25_encoder().query_terms(query)
+    idf = search_port.term_idf(list(tokens.values()), access)
+    total = sum(idf.get(token, 0.0) for token in tokens.values())
+    if not idf or total <= 0:
+        return None
+    return sum(idf.get(tokens[term], 0.0) for term in matched) / total
