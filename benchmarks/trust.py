@@ -62,6 +62,7 @@ def lookup_record(tool: KnowledgeTool, text: str, relevant: set[str] | None) -> 
     documents = [block.doc_id for block in result.evidence_blocks]
     record = {
         "text": text,
+        "top_doc": documents[0] if documents else None,
         "found": result.found,
         "status": result.evidence_status,
         "level": result.relevance_level,
