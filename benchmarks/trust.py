@@ -33,8 +33,8 @@ from rich.table import Table
 from trust_stores import JudgedSet, judged_sets
 
 from lookup_knowledge import KnowledgeTool, load_config
-from lookup_knowledge.calibration import informative_share
-from lookup_knowledge.dataflows.abstention import INFORMATIVE_RELIEF, INFORMATIVE_SHARE
+from lookup_knowledge.calibration import informative_share, script_of
+from lookup_knowledge.dataflows.abstention import INFORMATIVE_FLOOR, INFORMATIVE_RELIEF, INFORMATIVE_SHARE
 from lookup_knowledge.eval.data import Qrels, load_qrels, relevance
 
 console = Console()
@@ -160,9 +160,11 @@ def would_find(records: pd.DataFrame, strictness: float) -> pd.Series:
     """found=true had the strictness been ``strictness`` (same lookups, same margins and
     informative coverage; the rare exact-code hits that pass whatever the margin are not replayed)."""
     words = records["coverage"].isna() | (records["coverage"] > 0)
-    margin = records["margin"]
-    informative = (margin >= strictness - INFORMATIVE_RELIEF) & (records["informative"] >= INFORMATIVE_SHARE)
-    passed = margin.isna() | (margin >= strictness) | informative
+    margin, share = records["margin"], records["informative"]
+    informative = (margin >= strictness - INFORMATIVE_RELIEF) & (share >= INFORMATIVE_SHARE)
+    cjk = records["text"].map(script_of) == "cjk"  # a CJK query's verdict reads its words alone
+    uninformative = (margin < 2 * strictness) & (share < INFORMATIVE_FLOOR) & ~cjk  # NaN share: not read
+    passed = margin.isna() | ((margin >= strictness) & ~uninformative) | informative
     return records["dense_top"].notna() & (records["status"] != "retrieval_failed") & words & passed
 
 

@@ -8,7 +8,9 @@ null distribution: the best cosines it gives the probe set (``lookup_knowledge.p
 questions it cannot answer, in the query's script. The verdict's ``margin`` is how far the
 lookup's best lies above the probes' median, in units of their spread (median to 90th
 percentile); a lookup is evidence when that margin reaches ``abstention.strictness`` and (sparse,
-hybrid) the best hits hold at least one of the query's informative words.
+hybrid) the best hits hold at least one of the query's informative words. Near the bar the
+share of the query's information those words carry (the store's IDF) decides: a margin just
+short passes with much of it, one just above fails with almost none.
 
 The trace also shows where the top hit lies in the dense and the BM25 search: the relevance
 level reads it (both searches ranking the top hit first is what, measured, tells a relevant top
@@ -33,6 +35,8 @@ COVERAGE_HITS = 3  # the best hits whose matched terms count toward the query's 
 CJK_COVERAGE = 0.3  # a CJK query's share of terms its best hits must hold (set on the sample KB alone)
 INFORMATIVE_SHARE = 0.4  # the share of the query's IDF weight held by the best hits that lowers the bar
 INFORMATIVE_RELIEF = 0.5  # by how much (in margin units) the bar is then lowered
+INFORMATIVE_FLOOR = 0.1  # the share the best hits must hold of a lookup whose margin is under twice the bar
+EVIDENCE_REASONS = ("plausible", "exact_code", "informative_terms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +146,31 @@ def _relieved(margin: float | None, coverage: float | None, policy: AbstentionPo
     return margin is not None and bool(coverage) and margin >= policy.strictness - INFORMATIVE_RELIEF
 
 
+def _informative_verdict(reason: VerdictReason, informative: float | None) -> VerdictReason:
+    """The verdict once the query's informative share is read: a lookup short of the bar passes
+    with :data:`INFORMATIVE_SHARE`; one that clears it by less than ``strictness`` again fails
+    when its best hits hold under :data:`INFORMATIVE_FLOOR` of the query's information (the
+    common words of a question the store has nothing on: "days" of "How many vacation days do I
+    get?")."""
+    if informative is None:
+        return reason
+    if reason == "below_probe_null" and informative >= INFORMATIVE_SHARE:
+        return "informative_terms"
+    if reason == "plausible" and informative < INFORMATIVE_FLOOR:
+        return "uninformative_terms"
+    return reason
+
+
+def _reads_informative_share(
+    reason: VerdictReason, margin: float | None, coverage: float | None, policy: AbstentionPolicy
+) -> bool:
+    """Whether the verdict depends on the informative share: near the bar from below
+    (:func:`_relieved`) or above it by less than ``strictness`` (the store's IDF is read only then)."""
+    if reason == "below_probe_null":
+        return _relieved(margin, coverage, policy)
+    return reason == "plausible" and margin is not None and bool(coverage) and margin < 2 * policy.strictness
+
+
 def evidence_verdict(
     query: str,
     query_terms: tuple[str, ...],
@@ -155,7 +184,8 @@ def evidence_verdict(
     """Whether the usable hits plausibly answer the question: the margin of their best cosine
     over the store's probe null against ``abstention.strictness``; a margin short of it by at
     most ``INFORMATIVE_RELIEF`` passes when the best hits hold words that carry at least
-    ``INFORMATIVE_SHARE`` of the query's information (the store's BM25 IDF, read only then).
+    ``INFORMATIVE_SHARE`` of the query's information (the store's BM25 IDF, read only then); a
+    margin above it by less than ``strictness`` fails when they hold under ``INFORMATIVE_FLOOR``.
     No ``search_request`` (L1 disabled): no store was searched, no hits to read."""
     hits = sorted(_used_hits(retrieval_attempts), key=lambda hit: -hit.score)
     policy = abstention_policy
@@ -168,12 +198,16 @@ def evidence_verdict(
         coverage, matched = _coverage(query_terms, hits)
     reason = _reason(query, margin, coverage, hits, policy)
     informative = None
-    if reason == "below_probe_null" and search_request is not None and _relieved(margin, coverage, policy):
+    words_decide = script_of(query) == "cjk"  # a CJK query's verdict is its words' share already
+    if (
+        search_request is not None
+        and not words_decide
+        and _reads_informative_share(reason, margin, coverage, policy)
+    ):
         informative = _informative_coverage(query, matched, search_port, search_request)
-        if informative is not None and informative >= INFORMATIVE_SHARE:
-            reason = "informative_terms"
+        reason = _informative_verdict(reason, informative)
     return EvidenceVerdict(
-        plausible=not policy.enabled or reason in ("plausible", "exact_code", "informative_terms"),
+        plausible=not policy.enabled or reason in EVIDENCE_REASONS,
         reason=reason,
         margin=margin,
         dense_top=dense_top,

@@ -20,7 +20,12 @@ from lookup_knowledge import sample_knowledge_base
 from lookup_knowledge.adapters.search import SearchRequest, access_scope
 from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, script_of
 from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
-from lookup_knowledge.dataflows.abstention import INFORMATIVE_RELIEF, INFORMATIVE_SHARE, EvidenceVerdict
+from lookup_knowledge.dataflows.abstention import (
+    INFORMATIVE_FLOOR,
+    INFORMATIVE_RELIEF,
+    INFORMATIVE_SHARE,
+    EvidenceVerdict,
+)
 from lookup_knowledge.dataflows.postprocessing import SCREENED_COLUMNS
 from lookup_knowledge.dataflows.result import completeness_hint, relevance_level
 from lookup_knowledge.frames import object_frame
@@ -126,6 +131,47 @@ def test_a_margin_just_short_is_no_evidence_when_the_hits_hold_only_common_words
     assert verdict.informative_coverage < INFORMATIVE_SHARE
     assert (result.found, verdict.reason) == (False, "below_probe_null")
     assert result.evidence_status == "no_evidence"
+
+
+VACATION = "How many vacation days do I get?"  # the issue's example: "days" is all the KB shares
+
+
+def test_a_margin_just_above_the_bar_is_no_evidence_when_the_hits_hold_only_common_words(tool) -> None:
+    result = tool.lookup(VACATION)
+    verdict = result.retrieval_trace.evidence_verdict
+    assert verdict.strictness <= verdict.margin < 2 * verdict.strictness  # the margin alone would pass
+    assert verdict.matched_terms == ["days"]
+    assert verdict.informative_coverage < INFORMATIVE_FLOOR
+    assert (result.found, result.evidence_status, verdict.reason) == (
+        False,
+        "no_evidence",
+        "uninformative_terms",
+    )
+    assert result.evidence_blocks == [] and verdict.plausible is False
+
+
+def test_a_margin_above_the_bar_with_informative_words_stays_evidence(sample_kb, embedder) -> None:
+    """Above the bar by less than strictness the share is read, and words carrying the question's
+    information keep it evidence; beyond twice the bar it is not read."""
+    query = "kafka consumer lag"
+    margin = make_tool(sample_kb, embedder).lookup(query).retrieval_trace.evidence_verdict.margin
+    searched = FaultySearchPort(sample_kb.store)
+    read = make_tool(sample_kb, embedder, search_port=searched, abstention__strictness=margin * 0.75).lookup(
+        query
+    )
+    verdict = read.retrieval_trace.evidence_verdict
+    assert (read.found, verdict.reason, searched.term_idf_calls) == (True, "plausible", 1)
+    assert verdict.informative_coverage == pytest.approx(1.0)
+    unread = make_tool(
+        sample_kb, embedder, search_port=searched, abstention__strictness=margin * 0.45
+    ).lookup(query)
+    assert unread.found and searched.term_idf_calls == 1
+
+
+def test_the_common_words_veto_scales_with_strictness(sample_kb, embedder, tool) -> None:
+    margin = tool.lookup(VACATION).retrieval_trace.evidence_verdict.margin
+    lenient = make_tool(sample_kb, embedder, abstention__strictness=margin / 2 - 0.1).lookup(VACATION)
+    assert (lenient.found, lenient.retrieval_trace.evidence_verdict.reason) == (True, "plausible")
 
 
 def test_the_store_is_asked_for_term_idf_only_inside_the_band(tool, sample_kb, embedder) -> None:

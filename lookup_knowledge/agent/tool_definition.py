@@ -25,7 +25,8 @@ Call it whenever an answer depends on internal knowledge; it returns JSON.
 `contextPack.text`) and cite every fact with the `evidenceKey` of its block in square brackets, \
 exactly as returned (keys have the form `<docId>#chunk-<n>`). found=true means the best passage \
 scores clearly above what this knowledge base gives questions it cannot answer, or nearly so while \
-the best hits hold words carrying at least 40% of the question's information (measured: at most 9% \
+the best hits hold words carrying at least 40% of the question's information, and its hits hold at \
+least a tenth of that information unless the score stands far above (measured: at most 9% \
 of off-topic questions and 5% of chit-chat got found=true, and at least 97% of answerable ones; \
 questions from a neighbouring field more often). `relevanceLevel`: "high" when the meaning and the \
 keyword search both rank the top block first (its top block was relevant in 80-100% of judged \
