@@ -130,12 +130,16 @@ def _reason(
 
 
 def _informative_coverage(
-    query: str, matched: tuple[str, ...], search_port: KnowledgeSearchPort, request: SearchRequest
+    query: str,
+    matched: tuple[str, ...],
+    search_port: KnowledgeSearchPort,
+    request: SearchRequest,
+    calibration: ProbeCalibration | None,
 ) -> float | None:
-    """:func:`informative_share` under the request's access; a store failing now leaves the
-    margin to decide (``None``)."""
+    """:func:`informative_share` under the request's access (IDFs kept by the store's
+    calibration); a store failing now leaves the margin to decide (``None``)."""
     try:
-        return informative_share(query, matched, search_port, request.access)
+        return informative_share(query, matched, search_port, request.access, calibration)
     except Exception:  # the store failed after the search: the margin alone decides
         return None
 
@@ -180,6 +184,7 @@ def evidence_verdict(
     retrieval_mode: str,
     search_port: KnowledgeSearchPort,
     search_request: SearchRequest | None = None,
+    store_calibration: ProbeCalibration | None = None,
 ) -> EvidenceVerdict:
     """Whether the usable hits plausibly answer the question: the margin of their best cosine
     over the store's probe null against ``abstention.strictness``; a margin short of it by at
@@ -204,7 +209,7 @@ def evidence_verdict(
         and not words_decide
         and _reads_informative_share(reason, margin, coverage, policy)
     ):
-        informative = _informative_coverage(query, matched, search_port, search_request)
+        informative = _informative_coverage(query, matched, search_port, search_request, store_calibration)
         reason = _informative_verdict(reason, informative)
     return EvidenceVerdict(
         plausible=not policy.enabled or reason in EVIDENCE_REASONS,

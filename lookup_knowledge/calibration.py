@@ -14,6 +14,7 @@ import bisect
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
@@ -74,13 +75,16 @@ def _top_cosine(hits: list[SearchHit]) -> float:
 
 
 MAX_SHAPES = 1024  # nulls kept: a search shape per access scope, so a server's callers add up
+MAX_TERMS = 100_000  # token IDFs kept per store and access scope (then forgotten and read again)
 
 
 class ProbeCalibration:
     """The store's :class:`ProbeNull`, computed on first use for a search shape and kept (the
-    ``max_shapes`` last used: one not used since is measured again when it comes back).
+    ``max_shapes`` last used: one not used since is measured again when it comes back); and the
+    store's IDF of each query token read so far (:meth:`term_idf`), per access scope.
 
-    ``reset`` forgets it (the tool calls it when the store was reopened: it may hold new data).
+    ``reset`` forgets both (the tool calls it when the store was reopened or its L0 index file
+    changed: it may hold new data).
     """
 
     def __init__(self, probes: tuple[str, ...] = PROBE_QUERIES, max_shapes: int = MAX_SHAPES) -> None:
@@ -90,6 +94,7 @@ class ProbeCalibration:
         # id is never reused by another object while its entry lives.
         self._nulls: OrderedDict[tuple, tuple[KnowledgeSearchPort, dict[Script, ProbeNull]]] = OrderedDict()
         self._vectors: dict[int, tuple[Embedder, np.ndarray]] = {}  # per model, not per store
+        self._idf: OrderedDict[tuple, tuple[KnowledgeSearchPort, dict[int, float]]] = OrderedDict()
         self._generation = 0  # resets so far: a null measured across one is not kept
         self._lock = threading.Lock()
 
@@ -145,21 +150,52 @@ class ProbeCalibration:
             tops[script_of(probe)].append(_top_cosine(hits))
         return {script: ProbeNull(tuple(sorted(scores))) for script, scores in tops.items()}
 
+    def term_idf(
+        self, search_port: KnowledgeSearchPort, token_ids: Sequence[int], access: AccessScope | None = None
+    ) -> dict[int, float]:
+        """The port's :meth:`~KnowledgeSearchPort.term_idf` of ``token_ids``, asking the store
+        only for tokens not read since the last reset (a question's common words recur: the
+        store is asked for its rare ones); raises what the store raises."""
+        key = (id(search_port), access)
+        with self._lock:
+            entry, generation = self._idf.get(key), self._generation
+            known = {t: idf for t in token_ids if entry is not None and (idf := entry[1].get(t)) is not None}
+        missing = [t for t in dict.fromkeys(token_ids) if t not in known]
+        if not missing:
+            return known
+        read = search_port.term_idf(missing, access)
+        with self._lock:
+            if generation == self._generation:  # not across a reset: the store may have changed
+                kept = self._idf.setdefault(key, (search_port, {}))[1]
+                if len(kept) + len(read) > MAX_TERMS:
+                    kept.clear()
+                kept.update(read)
+                self._idf.move_to_end(key)
+                while len(self._idf) > self.max_shapes:
+                    self._idf.popitem(last=False)
+        return {**known, **read}
+
     def reset(self) -> None:
-        """Forget every null: the next lookup measures the store again."""
+        """Forget every null and IDF: the next lookup measures the store again."""
         with self._lock:
             self._nulls.clear()
+            self._idf.clear()
             self._generation += 1
 
 
 def informative_share(
-    query: str, matched: tuple[str, ...], search_port: KnowledgeSearchPort, access: AccessScope | None = None
+    query: str,
+    matched: tuple[str, ...],
+    search_port: KnowledgeSearchPort,
+    access: AccessScope | None = None,
+    calibration: ProbeCalibration | None = None,
 ) -> float | None:
     """The share of the query's information the best hits hold: the store's BM25 IDF of the
     terms they hold (``matched``) over that of all the query's terms (``None``: the store cannot
-    tell). Raises what the store raises."""
+    tell), read through ``calibration`` when given (IDFs kept). Raises what the store raises."""
     tokens = bm25_encoder().query_terms(query)
-    idf = search_port.term_idf(list(tokens.values()), access)
+    ids = list(tokens.values())
+    idf = calibration.term_idf(search_port, ids, access) if calibration else search_port.term_idf(ids, access)
     total = sum(idf.get(token, 0.0) for token in tokens.values())
     if not idf or total <= 0:
         return None

@@ -111,6 +111,7 @@ class FaultySearchPort(KnowledgeSearchPort):
         self.inner = inner
         self.fail_term_idf = fail_term_idf
         self.term_idf_calls = 0
+        self.term_idf_tokens: list[list[int]] = []  # the tokens each term_idf call asked for
         self.fail_filtered = fail_filtered
         self.fail_unfiltered = fail_unfiltered
         self.fail_all = fail_all
@@ -149,6 +150,7 @@ class FaultySearchPort(KnowledgeSearchPort):
 
     def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
         self.term_idf_calls += 1
+        self.term_idf_tokens.append(list(token_ids))
         if self.fail_all or self.fail_term_idf:
             raise ConnectionError(self.message)
         return self.inner.term_idf(token_ids, access)

@@ -18,6 +18,7 @@ from hashing_embedder import HashingEmbedder
 
 from lookup_knowledge import sample_knowledge_base
 from lookup_knowledge.adapters.search import SearchRequest, access_scope
+from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, script_of
 from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
 from lookup_knowledge.dataflows.abstention import (
@@ -172,6 +173,19 @@ def test_the_common_words_veto_scales_with_strictness(sample_kb, embedder, tool)
     margin = tool.lookup(VACATION).retrieval_trace.evidence_verdict.margin
     lenient = make_tool(sample_kb, embedder, abstention__strictness=margin / 2 - 0.1).lookup(VACATION)
     assert (lenient.found, lenient.retrieval_trace.evidence_verdict.reason) == (True, "plausible")
+
+
+def test_the_store_is_asked_once_for_each_token_idf_until_it_may_have_changed(sample_kb, embedder) -> None:
+    searched = FaultySearchPort(sample_kb.store)
+    tool = make_tool(sample_kb, embedder, search_port=searched)
+    first = tool.lookup(VACATION).retrieval_trace.evidence_verdict
+    again = tool.lookup(VACATION).retrieval_trace.evidence_verdict
+    assert searched.term_idf_calls == 1 and again == first  # kept: the same verdict, no round trip
+    tool.lookup("How many vacation days do I get in summer?")  # only its new word is asked for
+    assert searched.term_idf_tokens[1:] == [list(bm25_encoder().query_terms("summer").values())]
+    tool.store_calibration.reset()  # the store was reopened: it may hold new data
+    assert tool.lookup(VACATION).retrieval_trace.evidence_verdict == first
+    assert searched.term_idf_calls == 3
 
 
 def test_the_store_is_asked_for_term_idf_only_inside_the_band(tool, sample_kb, embedder) -> None:
