@@ -34,7 +34,7 @@ from trust_stores import JudgedSet, judged_sets
 
 from lookup_knowledge import KnowledgeTool, load_config
 from lookup_knowledge.calibration import informative_share, script_of
-from lookup_knowledge.dataflows.abstention import INFORMATIVE_FLOOR, INFORMATIVE_RELIEF, INFORMATIVE_SHARE
+from lookup_knowledge.dataflows.abstention import INFORMATIVE_FLOOR, INFORMATIVE_RELIEFS
 from lookup_knowledge.eval.data import Qrels, load_qrels, relevance
 
 console = Console()
@@ -161,7 +161,9 @@ def would_find(records: pd.DataFrame, strictness: float) -> pd.Series:
     informative coverage; the rare exact-code hits that pass whatever the margin are not replayed)."""
     words = records["coverage"].isna() | (records["coverage"] > 0)
     margin, share = records["margin"], records["informative"]
-    informative = (margin >= strictness - INFORMATIVE_RELIEF) & (share >= INFORMATIVE_SHARE)
+    informative = pd.Series(False, index=records.index)
+    for least, relief in INFORMATIVE_RELIEFS:  # the bar lowered by relief for hits holding least
+        informative |= (margin >= strictness - relief) & (share >= least)
     cjk = records["text"].map(script_of) == "cjk"  # a CJK query's verdict reads its words alone
     uninformative = (margin < 2 * strictness) & (share < INFORMATIVE_FLOOR) & ~cjk  # NaN share: not read
     passed = margin.isna() | ((margin >= strictness) & ~uninformative) | informative

@@ -33,8 +33,10 @@ from .retrieval import SearchAttempt
 
 COVERAGE_HITS = 3  # the best hits whose matched terms count toward the query's coverage
 CJK_COVERAGE = 0.3  # a CJK query's share of terms its best hits must hold (set on the sample KB alone)
-INFORMATIVE_SHARE = 0.4  # the share of the query's IDF weight held by the best hits that lowers the bar
-INFORMATIVE_RELIEF = 0.5  # by how much (in margin units) the bar is then lowered
+# (share of the query's IDF weight the best hits hold, by how much in margin units it lowers the bar)
+INFORMATIVE_RELIEFS = ((0.4, 0.5), (0.9, 1.0))
+INFORMATIVE_SHARE, INFORMATIVE_RELIEF = INFORMATIVE_RELIEFS[0]  # the first: much of it, half a unit
+MAX_RELIEF = max(relief for _, relief in INFORMATIVE_RELIEFS)
 INFORMATIVE_FLOOR = 0.1  # the share the best hits must hold of a lookup whose margin is under twice the bar
 EVIDENCE_REASONS = ("plausible", "exact_code", "informative_terms")
 
@@ -146,19 +148,27 @@ def _informative_coverage(
 
 def _relieved(margin: float | None, coverage: float | None, policy: AbstentionPolicy) -> bool:
     """Whether a lookup refused by its margin alone comes close enough to the bar that the
-    query's informative words may decide (``INFORMATIVE_RELIEF`` below ``strictness``)."""
-    return margin is not None and bool(coverage) and margin >= policy.strictness - INFORMATIVE_RELIEF
+    query's informative words may decide (``MAX_RELIEF`` below ``strictness``)."""
+    return margin is not None and bool(coverage) and margin >= policy.strictness - MAX_RELIEF
 
 
-def _informative_verdict(reason: VerdictReason, informative: float | None) -> VerdictReason:
+def _relief(informative: float) -> float:
+    """How far below ``strictness`` the bar lies for hits holding ``informative`` of the query's
+    information (:data:`INFORMATIVE_RELIEFS`: 40% lowers it by half a unit, 90% by one)."""
+    return max((relief for share, relief in INFORMATIVE_RELIEFS if informative >= share), default=0.0)
+
+
+def _informative_verdict(
+    reason: VerdictReason, margin: float | None, informative: float | None, policy: AbstentionPolicy
+) -> VerdictReason:
     """The verdict once the query's informative share is read: a lookup short of the bar passes
-    with :data:`INFORMATIVE_SHARE`; one that clears it by less than ``strictness`` again fails
-    when its best hits hold under :data:`INFORMATIVE_FLOOR` of the query's information (the
-    common words of a question the store has nothing on: "days" of "How many vacation days do I
-    get?")."""
-    if informative is None:
+    when its best hits hold enough of the query's information (:func:`_relief`); one that clears
+    the bar by less than ``strictness`` again fails when they hold under
+    :data:`INFORMATIVE_FLOOR` (the common words of a question the store has nothing on: "days"
+    of "How many vacation days do I get?")."""
+    if informative is None or margin is None:
         return reason
-    if reason == "below_probe_null" and informative >= INFORMATIVE_SHARE:
+    if reason == "below_probe_null" and margin >= policy.strictness - _relief(informative):
         return "informative_terms"
     if reason == "plausible" and informative < INFORMATIVE_FLOOR:
         return "uninformative_terms"
@@ -187,9 +197,9 @@ def evidence_verdict(
     store_calibration: ProbeCalibration | None = None,
 ) -> EvidenceVerdict:
     """Whether the usable hits plausibly answer the question: the margin of their best cosine
-    over the store's probe null against ``abstention.strictness``; a margin short of it by at
-    most ``INFORMATIVE_RELIEF`` passes when the best hits hold words that carry at least
-    ``INFORMATIVE_SHARE`` of the query's information (the store's BM25 IDF, read only then); a
+    over the store's probe null against ``abstention.strictness``; a margin short of it passes
+    when the best hits hold words that carry enough of the query's information (40% for half a
+    unit short, 90% for one: :data:`INFORMATIVE_RELIEFS`; the store's BM25 IDF, read only then); a
     margin above it by less than ``strictness`` fails when they hold under ``INFORMATIVE_FLOOR``.
     No ``search_request`` (L1 disabled): no store was searched, no hits to read."""
     hits = sorted(_used_hits(retrieval_attempts), key=lambda hit: -hit.score)
@@ -210,7 +220,7 @@ def evidence_verdict(
         and _reads_informative_share(reason, margin, coverage, policy)
     ):
         informative = _informative_coverage(query, matched, search_port, search_request, store_calibration)
-        reason = _informative_verdict(reason, informative)
+        reason = _informative_verdict(reason, margin, informative, policy)
     return EvidenceVerdict(
         plausible=not policy.enabled or reason in EVIDENCE_REASONS,
         reason=reason,

@@ -246,9 +246,9 @@ class EvidenceVerdictTrace(ContractModel):
         "strictness; no_shared_terms: the best hits hold none of the query's terms; exact_code: a hit "
         "holds a distinctive code of the query verbatim (with digits or separators: E4471, SOME_ENV_VAR; "
         "not a camelCase name such as GitHub); informative_terms: margin under strictness by at most 0.5, "
-        "and the best hits hold words carrying at least 40% of the query's information "
-        "(informative_coverage); uninformative_terms: margin above strictness by less than strictness, "
-        "and the best hits hold words carrying under 10% of the query's information"
+        "and the best hits hold words carrying at least 40% of the query's information (at most 1.0 "
+        "with 90%: informative_coverage); uninformative_terms: margin above strictness by less than "
+        "strictness, and the best hits hold words carrying under 10% of the query's information"
     )
     margin: float | None = Field(
         description="how far dense_top lies above the store's probe median, in units of the probes' "

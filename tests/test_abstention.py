@@ -25,6 +25,7 @@ from lookup_knowledge.dataflows.abstention import (
     INFORMATIVE_FLOOR,
     INFORMATIVE_RELIEF,
     INFORMATIVE_SHARE,
+    MAX_RELIEF,
     EvidenceVerdict,
 )
 from lookup_knowledge.dataflows.postprocessing import SCREENED_COLUMNS
@@ -100,7 +101,7 @@ def test_levels_mean_what_they_promise_on_the_sample_knowledge_base(tool) -> Non
 def test_strictness_is_configurable_and_abstention_can_be_turned_off(sample_kb, embedder) -> None:
     query = "What is our parental leave policy?"  # policy words, no leave policy: a near miss
     margin = make_tool(sample_kb, embedder).lookup(query).retrieval_trace.evidence_verdict.margin
-    beyond_relief = margin + INFORMATIVE_RELIEF + 0.25  # its informative words cannot pass it either
+    beyond_relief = margin + MAX_RELIEF + 0.25  # its informative words cannot pass it either
     strict = make_tool(sample_kb, embedder, abstention__strictness=beyond_relief).lookup(query)
     lenient = make_tool(sample_kb, embedder, abstention__strictness=max(margin - 0.5, 0.0)).lookup(query)
     assert (strict.found, lenient.found) == (False, True)
@@ -132,6 +133,25 @@ def test_a_margin_just_short_is_no_evidence_when_the_hits_hold_only_common_words
     assert verdict.informative_coverage < INFORMATIVE_SHARE
     assert (result.found, verdict.reason) == (False, "below_probe_null")
     assert result.evidence_status == "no_evidence"
+
+
+@pytest.mark.parametrize(
+    ("query", "holds_nearly_all"),
+    [("kafka consumer lag", True), ("What happens when a card payment is disputed?", False)],
+)
+def test_hits_holding_nearly_all_the_information_lower_the_bar_further(
+    sample_kb, embedder, query: str, holds_nearly_all: bool
+) -> None:
+    """Three quarters of a unit short of the bar: beyond the first relief (half a unit, 40%),
+    within the second (one unit) only for hits holding 90% of the question's information."""
+    margin = make_tool(sample_kb, embedder).lookup(query).retrieval_trace.evidence_verdict.margin
+    short = make_tool(sample_kb, embedder, abstention__strictness=margin + INFORMATIVE_RELIEF + 0.25)
+    verdict = short.lookup(query).retrieval_trace.evidence_verdict
+    assert (verdict.informative_coverage >= 0.9) is holds_nearly_all
+    assert verdict.informative_coverage >= INFORMATIVE_SHARE  # the first relief's share, not its margin
+    assert (verdict.plausible, verdict.reason) == (
+        (True, "informative_terms") if holds_nearly_all else (False, "below_probe_null")
+    )
 
 
 VACATION = "How many vacation days do I get?"  # the issue's example: "days" is all the KB shares
