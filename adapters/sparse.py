@@ -124,6 +124,28 @@ def _part_of(term: str, whole: str) -> bool:
     return term in re.split(r"[-_./:#]+", whole.lstrip("-"))
 
 
+def held_as_written(text: str, term: str) -> bool:
+    """Whether a query ``term`` occurs in ``text`` (both lowercase) as written, not only in
+    another form of its stem: a CJK term anywhere, any other as a whole word (``lag`` is not in
+    ``flag``, ``policy`` not in ``policies``). A scan of ``str.find`` hits, no regex: it runs for
+    every listed term of every candidate."""
+    if _CJK_RUN.fullmatch(term):
+        return term in text
+    start = text.find(term)
+    while start >= 0:
+        end = start + len(term)
+        if (start == 0 or not _word_char(text[start - 1])) and (
+            end == len(text) or not _word_char(text[end])
+        ):
+            return True
+        start = text.find(term, start + 1)
+    return False
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
 def identifiers(text: str) -> list[str]:
     """The identifiers in ``text``, as written, in order, each once (case-insensitively).
 

@@ -23,7 +23,7 @@ from lookup_knowledge.adapters.payload import (
 )
 from lookup_knowledge.adapters.search import SearchHit, identity_key
 from lookup_knowledge.adapters.source_files import SourceFile
-from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS
+from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS, held_as_written, sparse_text
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import BlockLocation, CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
@@ -97,6 +97,16 @@ def _final_hits(
     return sorted(ranked, key=lambda row: -row[2])
 
 
+def _shown_terms(hit: SearchHit) -> list[str]:
+    """The first :data:`MAX_MATCHED_TERMS` matched terms, each marked ``~`` when the block holds
+    it only in another form of its stem (BM25's English stemmer: ``parental~`` for "parent")."""
+    payload = hit.payload
+    text = sparse_text(payload.get(TITLE_FIELD), payload.get(BREADCRUMB_FIELD), hit.content).lower()
+    return [
+        term if held_as_written(text, term) else f"{term}~" for term in hit.matched_terms[:MAX_MATCHED_TERMS]
+    ]
+
+
 def _signal_reasons(hit: SearchHit, place: int, retrieval_mode: str, fusion: str) -> list[str]:
     """Which searches found a hit, at which place (sparse: with the query terms it matched)."""
     if retrieval_mode == "dense":
@@ -105,7 +115,7 @@ def _signal_reasons(hit: SearchHit, place: int, retrieval_mode: str, fusion: str
     if hit.dense_rank is not None:
         reasons.append(f"vector:dense rank {hit.dense_rank}")
     if hit.sparse_rank is not None:
-        terms = f" ({', '.join(hit.matched_terms[:MAX_MATCHED_TERMS])})" if hit.matched_terms else ""
+        terms = f" ({', '.join(_shown_terms(hit))})" if hit.matched_terms else ""
         reasons.append(f"vector:sparse rank {hit.sparse_rank}{terms}")
     if retrieval_mode == "hybrid":
         reasons.append(f"fused rank {place} ({fusion})")

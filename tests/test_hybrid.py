@@ -46,6 +46,7 @@ from lookup_knowledge.adapters.sparse import (
     bm25_encoder,
     cjk_spaced,
     distinctive,
+    held_as_written,
     holds_identifier,
     identifiers,
     sparse_text,
@@ -607,10 +608,15 @@ def _reason_is_true(tool: KnowledgeTool, kb: SampleKB, result: LookupResult, blo
         held = set(
             bm25_encoder().embed_document(sparse_text(block.title, block.breadcrumb, block.content)).indices
         )
+        text = sparse_text(block.title, block.breadcrumb, block.content).lower()
         in_text = (
             search != "sparse"
             or not terms
-            or all(set(bm25_encoder().embed_query(term).indices) <= held for term in terms.split(", "))
+            or all(
+                set(bm25_encoder().embed_query(term.rstrip("~")).indices) <= held
+                and term.endswith("~") != held_as_written(text, term.rstrip("~"))  # ~: held in another form
+                for term in terms.split(", ")
+            )
         )
         return in_text and any(keys[int(rank) - 1 : int(rank)] == [block.evidence_key] for keys in ranked)
     checks = {
@@ -621,6 +627,18 @@ def _reason_is_true(tool: KnowledgeTool, kb: SampleKB, result: LookupResult, blo
         "l0_title": lambda: normalize(value) == normalize(document.title or ""),
     }
     return kind in checks and checks[kind]()  # a reason this audit does not know is not true
+
+
+def test_a_term_held_only_in_another_form_is_marked_in_its_hit_reason(sample_kb, embedder) -> None:
+    """The runbooks say "parent" and "policies", never "parental" or "policy": BM25's stemmer
+    matches them, and the reason says so instead of claiming the words."""
+    result = make_tool(sample_kb, embedder).lookup("What is our parental leave policy?")
+    sparse = [r for b in result.evidence_blocks for r in b.hit_reasons if r.startswith("vector:sparse")]
+    assert any("parental~" in reason for reason in sparse)
+    assert not any(re.search(r"\bparental\b(?!~)", reason) for reason in sparse)
+    assert held_as_written("max_poll_records: 500", "max_poll_records")
+    assert not held_as_written("the flag is set", "lag") and not held_as_written("policies", "policy")
+    assert held_as_written("如何申请增值税专用发票", "发票")
 
 
 SAMPLE_QUERIES = [
