@@ -105,7 +105,12 @@ class EvidenceBlock(ContractModel):
     fused_score: float | None = Field(None, description="the fused score (hybrid mode)")
     rerank_score: float
     rank: int
-    hit_reasons: list[str]
+    hit_reasons: list[str] = Field(
+        description="why the block was found, each true of it: vector:<attempt>, vector:dense rank N, "
+        "vector:sparse rank N (the query terms its BM25 text holds; term~: only in another form of the "
+        "term's stem), fused rank N (fusion), exact_code:X (X verbatim in its content), "
+        "l0_domain/l0_keyword/l0_entity/l0_title:X (its document's metadata)"
+    )
     instruction_like: bool = Field(
         False,
         description="the content reads as instructions to an AI assistant (e.g. 'ignore previous "
