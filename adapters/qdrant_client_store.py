@@ -225,6 +225,16 @@ class QdrantClientStore(QdrantStore):
             if offset is None:
                 return
 
+    def _first_payloads(
+        self, n: int, access: AccessScope | None, fields: list[str]
+    ) -> list[Mapping[str, Any]]:
+        where = models.Filter(must=conditions) if (conditions := _access_conditions(access)) else None
+        with self._errors("scroll"):
+            records, _ = self._client.scroll(
+                self.collection, limit=n, scroll_filter=where, with_payload=fields
+            )
+        return [record.payload or {} for record in records]
+
     def _matching(self, request: SearchRequest | None) -> int:
         with self._errors("count"):
             where = None if request is None else _request_filter(request)

@@ -232,6 +232,15 @@ class QdrantEdgeStore(QdrantStore):
             if offset is None:
                 return
 
+    def _first_payloads(
+        self, n: int, access: AccessScope | None, fields: list[str]
+    ) -> list[Mapping[str, Any]]:
+        where = qe.Filter(must=conditions) if (conditions := _access_conditions(access)) else None
+        request = qe.ScrollRequest(limit=n, filter=where, with_payload=qe.PayloadSelector.Include(fields))
+        with backend_errors("scroll"):
+            records, _ = self._shard.scroll(request)
+        return [record.payload or {} for record in records]
+
     def _matching(self, request: SearchRequest | None) -> int:
         where = None if request is None else _request_filter(request)
         with backend_errors("count"):

@@ -48,6 +48,20 @@ class QdrantStore(KnowledgeStore):
         unheld = unheld_idf(self.count()) if len(found) < len(token_ids) else 0.0
         return {token: found.get(token, unheld) for token in token_ids}
 
+    def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
+        """The first ``n`` points the caller may see in point id order (ids are hashes of the
+        evidence keys: an order unrelated to the text), as (doc id, content)."""
+        if n <= 0:
+            return []
+        payloads = self._first_payloads(n, access, [DOC_ID_FIELD, CONTENT_FIELD])
+        return [chunk for payload in payloads if (chunk := _doc_and_content(payload))]
+
+    @abstractmethod
+    def _first_payloads(
+        self, n: int, access: AccessScope | None, fields: list[str]
+    ) -> list[Mapping[str, Any]]:
+        """The payload ``fields`` of the first ``n`` points the caller may see: one scroll."""
+
     @abstractmethod
     def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
         """Per token, the best point (with its BM25 vector) the caller may see of the one-token
@@ -262,6 +276,12 @@ def found_hits(
     return [
         complete_hits(s.request, s.hits(next(answers) if s.missing_cosines else None), stored) for s in scored
     ]
+
+
+def _doc_and_content(payload: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """A scrolled point's (doc id, content), ``None`` when it lacks either."""
+    doc_id, content = (payload or {}).get(DOC_ID_FIELD), (payload or {}).get(CONTENT_FIELD)
+    return (doc_id, content) if doc_id and content else None
 
 
 def _untied(points: Sequence[Any]) -> list[Any]:

@@ -224,6 +224,12 @@ class KnowledgeSearchPort(ABC):
         gets the IDF of a term no chunk holds. A port that cannot tell returns ``{}``."""
         return {}
 
+    def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
+        """Up to ``n`` chunks the caller may see, as (doc id, content), in an order unrelated to
+        their text (the engine's point ids: hashes), to learn how the store answers questions
+        made from its own text. A port that cannot tell returns ``[]``."""
+        return []
+
 
 class KnowledgeStore(KnowledgeSearchPort):
     """A search port that ingestion can also write to."""

@@ -159,6 +159,13 @@ class SharedSearchPort(KnowledgeSearchPort):
         finally:
             self._release()
 
+    def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
+        store = self._acquire()
+        try:
+            return store.sample_chunks(n, access)
+        finally:
+            self._release()
+
     def _acquire(self) -> KnowledgeStore:
         with self._state:
             self._state.wait_for(lambda: not self._handing_over)

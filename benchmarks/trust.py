@@ -75,6 +75,7 @@ def lookup_record(tool: KnowledgeTool, text: str, relevant: set[str] | None) -> 
         "dense_top": verdict.dense_top if verdict else None,
         "top_dense_rank": verdict.top_dense_rank if verdict else None,
         "top_sparse_rank": verdict.top_sparse_rank if verdict else None,
+        "own_p5": verdict.own_questions_p5 if verdict else None,  # the store's bar floor, to replay
         # read for every lookup (the product reads it only in the band below the bar)
         "informative": informative_share(text, verdict.matched_terms, tool.search_port) if verdict else None,
     }
@@ -157,10 +158,13 @@ def hint_meaning(records: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def would_find(records: pd.DataFrame, strictness: float) -> pd.Series:
-    """found=true had the strictness been ``strictness`` (same lookups, same margins and
+    """found=true had the strictness been ``strictness`` (the store's bar: the higher of it and the
+    verdict's ``own_questions_p5``; same lookups, same margins and
     informative coverage; the rare exact-code hits that pass whatever the margin are not replayed)."""
     words = records["coverage"].isna() | (records["coverage"] > 0)
     margin, share = records["margin"], records["informative"]
+    own = records["own_p5"] if "own_p5" in records else pd.Series(float("nan"), index=records.index)
+    strictness = own.where(own > strictness, strictness)  # the store's bar (abstention.own_questions)
     informative = pd.Series(False, index=records.index)
     for least, relief in INFORMATIVE_RELIEFS:  # the bar lowered by relief for hits holding least
         informative |= (margin >= strictness - relief) & (share >= least)

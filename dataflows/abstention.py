@@ -19,7 +19,7 @@ block from a wrong one).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hamilton.function_modifiers import config
 
@@ -47,6 +47,15 @@ class AbstentionPolicy:
 
     enabled: bool = True
     strictness: float = 1.5
+    own_questions: bool = True  # the bar rises to the margin 95% of the store's own-text questions reach
+
+    def bar(self, probe_null: ProbeNull) -> float:
+        """The margin a lookup needs on this store: ``strictness``, raised (``own_questions``) to
+        the margin that 95% of questions made from the store's own text reach: a store whose own
+        questions all score high (scientific abstracts) asks more of a question than one whose
+        questions score little (a docs site's short pages)."""
+        own = probe_null.own_questions_p5() if self.own_questions else None
+        return max(self.strictness, own) if own is not None else self.strictness
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +77,7 @@ class EvidenceVerdict:
     top_dense_rank: int | None = None
     top_sparse_rank: int | None = None
     strictness: float = 1.5
+    own_questions_p5: float | None = None
 
 
 @config.when(l1_enabled=True)
@@ -197,15 +207,23 @@ def evidence_verdict(
     store_calibration: ProbeCalibration | None = None,
 ) -> EvidenceVerdict:
     """Whether the usable hits plausibly answer the question: the margin of their best cosine
-    over the store's probe null against ``abstention.strictness``; a margin short of it passes
+    over the store's probe null against the store's bar (:meth:`AbstentionPolicy.bar`:
+    ``abstention.strictness``, raised where the store's own questions score high); a margin short of it passes
     when the best hits hold words that carry enough of the query's information (40% for half a
     unit short, 90% for one: :data:`INFORMATIVE_RELIEFS`; the store's BM25 IDF, read only then); a
     margin above it by less than ``strictness`` fails when they hold under ``INFORMATIVE_FLOOR``.
     No ``search_request`` (L1 disabled): no store was searched, no hits to read."""
     hits = sorted(_used_hits(retrieval_attempts), key=lambda hit: -hit.score)
-    policy = abstention_policy
+    policy = replace(abstention_policy, strictness=abstention_policy.bar(probe_null))  # this store's bar
+    own = probe_null.own_questions_p5()
     if not hits:
-        return EvidenceVerdict(False, "no_candidates", query_terms=query_terms, strictness=policy.strictness)
+        return EvidenceVerdict(
+            False,
+            "no_candidates",
+            query_terms=query_terms,
+            strictness=policy.strictness,
+            own_questions_p5=own,
+        )
     dense_top = max(hit.normalized_score for hit in hits)
     margin = probe_null.margin(dense_top)
     coverage, matched = (None, ())
@@ -237,4 +255,5 @@ def evidence_verdict(
         top_dense_rank=hits[0].dense_rank,
         top_sparse_rank=hits[0].sparse_rank,
         strictness=policy.strictness,
+        own_questions_p5=own,
     )

@@ -29,6 +29,11 @@ from lookup_knowledge.probes import PROBE_QUERIES
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 Script = Literal["cjk", "alphabetic"]
 MIN_SPREAD = 0.01  # a null whose probes all score alike still gives a finite margin
+OWN_SAMPLE = 300  # chunks read to make questions from the store's own text (one per document) ...
+OWN_QUESTIONS = 100  # ... at most this many
+MIN_OWN_QUESTIONS = 20  # fewer: the store's own questions say nothing about its bar
+_HEADING = re.compile(r"^#+ .*$", re.MULTILINE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 @lru_cache(maxsize=4096)  # a lookup reads its query's script twice (its null, its verdict)
@@ -42,10 +47,14 @@ def script_of(text: str) -> Script:
 
 @dataclass(frozen=True, slots=True)
 class ProbeNull:
-    """The top dense cosines the store gave the probes of one script, sorted (empty: no calibration)."""
+    """The top dense cosines the store gave the probes of one script, sorted (empty: no calibration);
+    and the best cosine it gave each question made from its own text (:func:`own_question`) among
+    the other documents' chunks (``own_tops``): how it answers questions it can answer."""
 
     dense_tops: tuple[float, ...] = ()
+    own_tops: tuple[float, ...] = ()
     _quantiles: dict[float, float] = field(default_factory=dict, init=False, compare=False, repr=False)
+    _own_p5: list[float | None] = field(default_factory=list, init=False, compare=False, repr=False)
 
     def dense_percentile(self, score: float) -> float | None:
         """The share of probes whose top cosine is below ``score``; ``None`` without probes."""
@@ -68,6 +77,26 @@ class ProbeNull:
         if share not in self._quantiles:  # every lookup reads the median and the 90th percentile
             self._quantiles[share] = float(np.quantile(self.dense_tops, share))
         return self._quantiles[share]
+
+    def own_questions_p5(self) -> float | None:
+        """The margin that 95% of the store's own-text questions reach (their 5th percentile;
+        ``None``: under :data:`MIN_OWN_QUESTIONS` of them, or no probes). Computed once."""
+        if not self._own_p5:
+            margins = [m for top in self.own_tops if (m := self.margin(top)) is not None]
+            self._own_p5.append(
+                float(np.quantile(margins, 0.05)) if len(margins) >= MIN_OWN_QUESTIONS else None
+            )
+        return self._own_p5[0]
+
+
+def own_question(content: str) -> str | None:
+    """A question made from a chunk's text: its first sentence of at least six words (headings
+    left out), cut at 30 words; ``None`` when it has none."""
+    for sentence in _SENTENCE_END.split(_HEADING.sub("", content).strip()):
+        words = sentence.split()
+        if len(words) >= 6:
+            return " ".join(words[:30])
+    return None
 
 
 def _top_cosine(hits: list[SearchHit]) -> float:
@@ -148,7 +177,11 @@ class ProbeCalibration:
         tops: dict[Script, list[float]] = {"cjk": [], "alphabetic": []}
         for probe, hits in zip(self.probes, answers, strict=True):
             tops[script_of(probe)].append(_top_cosine(hits))
-        return {script: ProbeNull(tuple(sorted(scores))) for script, scores in tops.items()}
+        own = _own_tops(request, search_port, embedder)
+        return {
+            script: ProbeNull(tuple(sorted(scores)), own if script == "alphabetic" else ())
+            for script, scores in tops.items()
+        }
 
     def term_idf(
         self, search_port: KnowledgeSearchPort, token_ids: Sequence[int], access: AccessScope | None = None
@@ -181,6 +214,43 @@ class ProbeCalibration:
             self._nulls.clear()
             self._idf.clear()
             self._generation += 1
+
+
+def _own_tops(
+    request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
+) -> tuple[float, ...]:
+    """For a question made from each of up to :data:`OWN_QUESTIONS` documents the caller may see
+    (their first chunks in the store's id order, alphabetic text), the best cosine among the other
+    documents' chunks, searched as the lookup searches: one scroll, one batched embedding, one
+    batched search. Empty when the store holds too few documents to tell."""
+    questions: dict[str, str] = {}
+    for doc_id, content in search_port.sample_chunks(OWN_SAMPLE, request.access):
+        if (
+            doc_id not in questions
+            and (question := own_question(content))
+            and script_of(question) == "alphabetic"
+        ):
+            questions[doc_id] = question
+    questions = dict(list(questions.items())[:OWN_QUESTIONS])
+    if len(questions) < MIN_OWN_QUESTIONS:
+        return ()
+    vectors = embedder.embed_queries(list(questions.values()))
+    sparse = request.mode != "dense"
+    requests = [
+        replace(
+            request,
+            query_text=question,
+            query_vector=vector,
+            category=None,
+            sparse_vector=bm25_encoder().embed_query(question) if sparse else None,
+        )
+        for question, vector in zip(questions.values(), vectors, strict=True)
+    ]
+    answers = search_port.search_batch(requests)
+    return tuple(
+        _top_cosine([hit for hit in hits if hit.doc_id != doc_id])
+        for doc_id, hits in zip(questions, answers, strict=True)
+    )
 
 
 def informative_share(

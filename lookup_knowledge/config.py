@@ -159,6 +159,7 @@ class ContextConfig(_Section):
 class AbstentionConfig(_Section):
     enabled: bool = True
     strictness: float = Field(1.5, ge=0.0, le=20.0)
+    own_questions: bool = True
 
 
 class RecorderConfig(_Section):

@@ -278,7 +278,15 @@ class EvidenceVerdictTrace(ContractModel):
     matched_terms: list[str] = Field(description="those the best hits hold")
     top_dense_rank: int | None = Field(description="top hit's place in the dense search (None: not in it)")
     top_sparse_rank: int | None = Field(description="its place in the BM25 search (None: not in it)")
-    strictness: float = Field(description="the margin needed (abstention.strictness)")
+    strictness: float = Field(
+        description="the margin needed on this store: abstention.strictness, raised to own_questions_p5 "
+        "when that is higher (abstention.own_questions)"
+    )
+    own_questions_p5: float | None = Field(
+        None,
+        description="the margin 95% of questions made from this store's own text reach (a sentence of a "
+        "chunk, searched with its own document left out); None: too few documents to tell",
+    )
 
 
 class RetrievalTrace(ContractModel):

@@ -160,5 +160,7 @@ def settings_inputs(config: Config) -> dict[str, Any]:
         "rerank_weights": config.rerank,
         "context_budget_chars": config.context.budget_chars,
         "context_hit_reasons": config.context.hit_reasons,
-        "abstention_policy": AbstentionPolicy(config.abstention.enabled, config.abstention.strictness),
+        "abstention_policy": AbstentionPolicy(
+            config.abstention.enabled, config.abstention.strictness, config.abstention.own_questions
+        ),
     }

@@ -19,7 +19,7 @@ from hashing_embedder import HashingEmbedder
 from lookup_knowledge import sample_knowledge_base
 from lookup_knowledge.adapters.search import SearchRequest, access_scope
 from lookup_knowledge.adapters.sparse import bm25_encoder
-from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, script_of
+from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, own_question, script_of
 from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
 from lookup_knowledge.dataflows.abstention import (
     INFORMATIVE_FLOOR,
@@ -154,6 +154,39 @@ def test_hits_holding_nearly_all_the_information_lower_the_bar_further(
     )
 
 
+def test_the_bar_rises_to_the_margin_the_stores_own_questions_reach(tool, sample_kb, embedder) -> None:
+    """Questions made from the sample KB's own runbooks reach a higher margin than strictness:
+    that is the bar, shown in the trace; a lower strictness does not lower it, a higher one
+    wins, and abstention.own_questions false leaves strictness alone."""
+    verdict = tool.lookup(ANSWERABLE).retrieval_trace.evidence_verdict
+    own = verdict.own_questions_p5
+    assert own is not None and own > 1.5 and verdict.strictness == pytest.approx(own)
+    lower = make_tool(sample_kb, embedder, abstention__strictness=1.0).lookup(ANSWERABLE)
+    assert lower.retrieval_trace.evidence_verdict.strictness == pytest.approx(own)
+    higher = make_tool(sample_kb, embedder, abstention__strictness=own + 1).lookup(ANSWERABLE)
+    assert higher.retrieval_trace.evidence_verdict.strictness == pytest.approx(own + 1)
+    off = make_tool(sample_kb, embedder, abstention__own_questions=False).lookup(ANSWERABLE)
+    assert off.retrieval_trace.evidence_verdict.strictness == pytest.approx(1.5)
+
+
+def test_a_question_between_strictness_and_the_stores_bar_is_no_evidence(tool, sample_kb, embedder) -> None:
+    query = "Who is on call this weekend?"  # the runbooks say how on-call works, not who is on call
+    alone = make_tool(sample_kb, embedder, abstention__own_questions=False).lookup(query)
+    verdict = tool.lookup(query).retrieval_trace.evidence_verdict
+    assert 1.5 <= verdict.margin < verdict.strictness  # clears strictness, not the store's bar
+    assert alone.found and (tool.lookup(query).found, verdict.reason) == (False, "below_probe_null")
+
+
+def test_own_questions_come_one_per_document_from_the_first_sentence_of_six_words() -> None:
+    assert own_question(
+        "## Refunds\n\nShort one. Refunds above 500 EUR need the finance lead's approval."
+    ) == ("Refunds above 500 EUR need the finance lead's approval.")
+    assert own_question("# Title only\n\nToo short.") is None
+    null = ProbeNull((0.1, 0.2, 0.3, 0.4), own_tops=tuple(0.3 + i / 100 for i in range(30)))
+    assert null.own_questions_p5() == pytest.approx(null.margin(0.3 + 0.05 * 29 / 100), abs=0.05)
+    assert ProbeNull((0.1, 0.2), own_tops=(0.5,) * 5).own_questions_p5() is None  # too few to tell
+
+
 VACATION = "How many vacation days do I get?"  # the issue's example: "days" is all the KB shares
 
 
@@ -191,7 +224,9 @@ def test_a_margin_above_the_bar_with_informative_words_stays_evidence(sample_kb,
 
 def test_the_common_words_veto_scales_with_strictness(sample_kb, embedder, tool) -> None:
     margin = tool.lookup(VACATION).retrieval_trace.evidence_verdict.margin
-    lenient = make_tool(sample_kb, embedder, abstention__strictness=margin / 2 - 0.1).lookup(VACATION)
+    lenient = make_tool(
+        sample_kb, embedder, abstention__strictness=margin / 2 - 0.1, abstention__own_questions=False
+    ).lookup(VACATION)
     assert (lenient.found, lenient.retrieval_trace.evidence_verdict.reason) == (True, "plausible")
 
 

@@ -23,6 +23,7 @@ from lookup_knowledge.adapters.search import (
     SearchRequest,
     StoredChunk,
     StoredDocument,
+    access_scope,
     evidence_key,
     point_id_for,
 )
@@ -287,6 +288,19 @@ def test_term_idf_is_the_bm25_idf_of_the_chunks_holding_each_term(store: Knowled
     unheld = idf[terms["zebra"]]
     only_kafka = {t: idf[t] if t == terms["kafka"] else unheld for t in terms.values()}
     assert store.term_idf(list(terms.values()), access=("team-a",)) == pytest.approx(only_kafka, rel=1e-4)
+
+
+def test_sample_chunks_reads_the_first_chunks_the_caller_may_see(filled: KnowledgeStore) -> None:
+    """The chunks the abstention makes the store's own questions from: (doc id, content), at most
+    ``n``, in the engine's point-id order (the same on every call), under the caller's access."""
+    texts = {(doc_id, text) for doc_id, _, _, text in CHUNKS}
+    every = filled.sample_chunks(100)
+    assert sorted(every) == sorted(texts)
+    assert filled.sample_chunks(2) == every[:2] and filled.sample_chunks(0) == []
+    for doc_id in DOC_IDS:
+        filled.set_access(doc_id, ["team-a"] if doc_id == "kafka" else ["public"])
+    assert filled.sample_chunks(100, access=access_scope(["team-b"])) == [c for c in every if c[0] != "kafka"]
+    assert ("kafka", CHUNKS[3][3]) in filled.sample_chunks(100, access=access_scope(["team-a"]))
 
 
 def test_delete_documents_removes_all_their_chunks(filled: KnowledgeStore, vectors) -> None:

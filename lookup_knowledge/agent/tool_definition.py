@@ -24,18 +24,19 @@ Call it whenever an answer depends on internal knowledge; it returns JSON.
 - evidenceStatus "evidence" (found=true): answer from `evidenceBlocks` (or the ready-to-read \
 `contextPack.text`) and cite every fact with the `evidenceKey` of its block in square brackets, \
 exactly as returned (keys have the form `<docId>#chunk-<n>`). found=true means the best passage \
-scores clearly above what this knowledge base gives questions it cannot answer, or nearly so while \
-the best hits hold words carrying at least 40% of the question's information (90% for a wider \
-margin), and its hits hold at least a tenth of that information unless the score stands far above \
-(measured: at most 9% of off-topic questions and 5% of chit-chat got found=true, and at least 97% \
-of answerable ones; questions from a neighbouring field more often). `relevanceLevel`: "high" when \
-the meaning and the keyword search both rank the top block first (its top block was relevant in \
-80-100% of judged lookups on four of six test collections), "medium" when both rank it in their \
-top 3 (57-94% on those four), "low" otherwise (36-89%): with "low", check that the blocks answer \
-before relying on them. `completenessHint` "complete: ..." means no chunk left out scores near the \
-best returned one; "partial: N more chunks of similar strength in <documents>" means relevant \
-material more likely lies beyond the blocks (measured: about twice as often): raise return_n or \
-look those documents up.
+scores clearly above what this knowledge base gives questions it cannot answer (and as high as \
+questions made from its own text score), or nearly so while the best hits hold words carrying at \
+least 40% of the question's information (90% for a wider margin), and its hits hold at least a \
+tenth of that information unless the score stands far above (measured: at most 9% of off-topic \
+questions and 5% of chit-chat got found=true, and at least 97% of answerable ones; questions from \
+a neighbouring field more often). `relevanceLevel`: "high" when the meaning and the keyword search \
+both rank the top block first (its top block was relevant in 80-100% of judged lookups on four of \
+six test collections), "medium" when both rank it in their top 3 (57-94% on those four), "low" \
+otherwise (36-89%): with "low", check that the blocks answer before relying on them. \
+`completenessHint` "complete: ..." means no chunk left out scores near the best returned one; \
+"partial: N more chunks of similar strength in <documents>" means relevant material more likely \
+lies beyond the blocks (measured: about twice as often): raise return_n or look those documents \
+up.
 - "no_evidence": the knowledge base has nothing on this. Say so; do not answer from memory as \
 if it were documented. You may retry once with different wording.
 - "retrieval_failed": the knowledge service had an outage. This says nothing about whether the \
