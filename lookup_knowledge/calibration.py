@@ -161,19 +161,7 @@ class ProbeCalibration:
         if kept is None:  # embedded once per model: a new search shape costs one search
             embedded = embedder.embed_queries(list(self.probes))
             kept = self._vectors.setdefault(id(embedder), (embedder, embedded))
-        vectors = kept[1]
-        sparse = request.mode != "dense"
-        requests = [
-            replace(
-                request,
-                query_text=probe,
-                query_vector=vector,
-                category=None,
-                sparse_vector=bm25_encoder().embed_query(probe) if sparse else None,
-            )
-            for probe, vector in zip(self.probes, vectors, strict=True)
-        ]
-        answers = search_port.search_batch(requests)
+        answers = search_port.search_batch(_shaped_like(request, self.probes, kept[1]))
         tops: dict[Script, list[float]] = {"cjk": [], "alphabetic": []}
         for probe, hits in zip(self.probes, answers, strict=True):
             tops[script_of(probe)].append(_top_cosine(hits))
@@ -216,6 +204,22 @@ class ProbeCalibration:
             self._generation += 1
 
 
+def _shaped_like(request: SearchRequest, texts: Sequence[str], vectors: np.ndarray) -> list[SearchRequest]:
+    """Searches of ``texts`` shaped like ``request`` (mode, fusion, widths, the caller's access),
+    without its category filter."""
+    sparse = request.mode != "dense"
+    return [
+        replace(
+            request,
+            query_text=text,
+            query_vector=vector,
+            category=None,
+            sparse_vector=bm25_encoder().embed_query(text) if sparse else None,
+        )
+        for text, vector in zip(texts, vectors, strict=True)
+    ]
+
+
 def _own_tops(
     request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
 ) -> tuple[float, ...]:
@@ -234,19 +238,8 @@ def _own_tops(
     questions = dict(list(questions.items())[:OWN_QUESTIONS])
     if len(questions) < MIN_OWN_QUESTIONS:
         return ()
-    vectors = embedder.embed_queries(list(questions.values()))
-    sparse = request.mode != "dense"
-    requests = [
-        replace(
-            request,
-            query_text=question,
-            query_vector=vector,
-            category=None,
-            sparse_vector=bm25_encoder().embed_query(question) if sparse else None,
-        )
-        for question, vector in zip(questions.values(), vectors, strict=True)
-    ]
-    answers = search_port.search_batch(requests)
+    texts = list(questions.values())
+    answers = search_port.search_batch(_shaped_like(request, texts, embedder.embed_queries(texts)))
     return tuple(
         _top_cosine([hit for hit in hits if hit.doc_id != doc_id])
         for doc_id, hits in zip(questions, answers, strict=True)
