@@ -11,7 +11,7 @@ bar needs the store's answerable margins without judged questions: this measures
 sentence taken from a chunk, searched with its own document left out, lands where the store's
 judged questions land. Per store: the margin quantiles of such pseudo-questions and of the
 judged questions (``trust.py``'s records). Sentences come from the blocks the judged questions
-returned (ranks 2-3), the first of at least six words, cut at 30 words.
+returned (ranks 2-3), as the product makes them (``calibration.own_question``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import argparse
 import json
 import math
 import random
-import re
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,7 @@ from trust_stores import judged_sets
 from lookup_knowledge import KnowledgeTool
 from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
-
-HEADING = re.compile(r"^#+ .*\n")
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+from lookup_knowledge.calibration import own_question
 
 
 def pseudo_questions(tool: KnowledgeTool, judged: list[str], limit: int) -> list[tuple[str, str]]:
@@ -43,9 +40,8 @@ def pseudo_questions(tool: KnowledgeTool, judged: list[str], limit: int) -> list
     pairs = []
     for text in judged:
         for block in tool.lookup(text).evidence_blocks[1:3]:
-            sentences = SENTENCE_END.split(HEADING.sub("", block.content).strip())
-            if (sentence := next((s for s in sentences if len(s.split()) >= 6), None)) is not None:
-                pairs.append((block.doc_id, " ".join(sentence.split()[:30])))
+            if (question := own_question(block.content)) is not None:
+                pairs.append((block.doc_id, question))
     return pairs[:limit]
 
 

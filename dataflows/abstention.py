@@ -35,7 +35,6 @@ COVERAGE_HITS = 3  # the best hits whose matched terms count toward the query's 
 CJK_COVERAGE = 0.3  # a CJK query's share of terms its best hits must hold (set on the sample KB alone)
 # (share of the query's IDF weight the best hits hold, by how much in margin units it lowers the bar)
 INFORMATIVE_RELIEFS = ((0.4, 0.5), (0.9, 1.0))
-INFORMATIVE_SHARE, INFORMATIVE_RELIEF = INFORMATIVE_RELIEFS[0]  # the first: much of it, half a unit
 MAX_RELIEF = max(relief for _, relief in INFORMATIVE_RELIEFS)
 INFORMATIVE_FLOOR = 0.1  # the share the best hits must hold of a lookup whose margin is under twice the bar
 EVIDENCE_REASONS = ("plausible", "exact_code", "informative_terms")

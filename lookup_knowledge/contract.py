@@ -271,8 +271,9 @@ class EvidenceVerdictTrace(ContractModel):
     )
     informative_coverage: float | None = Field(
         None,
-        description="read only for a margin under strictness by at most 0.5: the store's BM25 IDF of "
-        "the terms the best three hits hold, over that of all the query's terms",
+        description="read only where it can change the verdict (a margin under strictness by at most "
+        "1.0, or above it by less than strictness): the store's BM25 IDF of the terms the best three "
+        "hits hold, over that of all the query's terms",
     )
     query_terms: list[str] = Field(description="the query's informative terms (stop words removed)")
     matched_terms: list[str] = Field(description="those the best hits hold")

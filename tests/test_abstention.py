@@ -23,14 +23,15 @@ from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, own_questi
 from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
 from lookup_knowledge.dataflows.abstention import (
     INFORMATIVE_FLOOR,
-    INFORMATIVE_RELIEF,
-    INFORMATIVE_SHARE,
+    INFORMATIVE_RELIEFS,
     MAX_RELIEF,
     EvidenceVerdict,
 )
 from lookup_knowledge.dataflows.postprocessing import SCREENED_COLUMNS
 from lookup_knowledge.dataflows.result import completeness_hint, relevance_level
 from lookup_knowledge.frames import object_frame
+
+INFORMATIVE_SHARE, INFORMATIVE_RELIEF = INFORMATIVE_RELIEFS[0]  # the first relief: 40%, half a unit
 
 ANSWERABLE = "Who must approve a refund above 500 EUR?"
 OFF_TOPIC = ["Which airline has the most legroom in economy?", "How do I unclog a kitchen sink?"]
