@@ -26,7 +26,16 @@ from .errors import (
     StoreUnavailableError,
 )
 from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
-from .qdrant_store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, QdrantStore, ScoredPoints, found_hits
+from .qdrant_store import (
+    DENSE_VECTOR,
+    RRF_K,
+    SPARSE_VECTOR,
+    QdrantStore,
+    ScoredPoints,
+    found_hits,
+    missing_points,
+    stored_cosines,
+)
 from .redaction import mask_secrets
 from .search import AccessScope, SearchHit, SearchRequest, StoredChunk
 from .sparse import SparseVector
@@ -140,25 +149,13 @@ class QdrantClientStore(QdrantStore):
         return found_hits(requests, (r.points for r in responses), self._cosines, self._matching)
 
     def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[Any, float]]:
-        """The dense scores of the points each request still lacks: one dense search per
-        request, restricted to those points."""
-        queries = [
-            models.QueryRequest(
-                query=list(s.request.query_vector),
-                using=DENSE_VECTOR,
-                filter=models.Filter(
-                    must=[
-                        models.HasIdCondition(has_id=list(s.missing_cosines)),
-                        *_access_conditions(s.request.access),
-                    ]
-                ),
-                limit=len(s.missing_cosines),
-            )
-            for s in scored
-        ]
+        """The dense scores of the points each request still lacks, from their stored vectors
+        (one call for all: :func:`stored_cosines`)."""
         with self._errors("search"):
-            responses = self._client.query_batch_points(self.collection, requests=queries)
-        return [{p.id: p.score for p in response.points} for response in responses]
+            records = self._client.retrieve(
+                self.collection, missing_points(scored), with_payload=False, with_vectors=[DENSE_VECTOR]
+            )
+        return stored_cosines(scored, {r.id: r.vector[DENSE_VECTOR] for r in records})
 
     def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
         conditions = _access_conditions(access)

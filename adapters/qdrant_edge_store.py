@@ -23,7 +23,16 @@ from .errors import (
     backend_errors,
 )
 from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
-from .qdrant_store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, QdrantStore, ScoredPoints, found_hits
+from .qdrant_store import (
+    DENSE_VECTOR,
+    RRF_K,
+    SPARSE_VECTOR,
+    QdrantStore,
+    ScoredPoints,
+    found_hits,
+    missing_points,
+    stored_cosines,
+)
 from .search import AccessScope, SearchHit, SearchRequest, StoredChunk
 from .shared_store import holder_note, process_note, write_private
 from .sparse import SparseVector
@@ -155,21 +164,12 @@ class QdrantEdgeStore(QdrantStore):
         return found_hits(requests, results, self._cosines, self._matching)
 
     def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[Any, float]]:
-        """The dense scores of the points each request still lacks: one dense search per
-        request, restricted to those points."""
-        queries = [
-            qe.QueryRequest(
-                limit=len(s.missing_cosines),
-                query=qe.Query.Nearest(list(s.request.query_vector), DENSE_VECTOR),
-                filter=qe.Filter(
-                    must=[qe.HasIdCondition(set(s.missing_cosines)), *_access_conditions(s.request.access)]
-                ),
-            )
-            for s in scored
-        ]
+        """The dense scores of the points each request still lacks, from their stored vectors
+        (one call for all: :func:`stored_cosines`)."""
         with backend_errors("search"):
-            results = self._shard.query_batch(qe.QueryBatchRequest(queries))
-        return [{p.id: p.score for p in points} for points in results]
+            points = missing_points(scored)
+            records = self._shard.retrieve(points, with_payload=False, with_vector=[DENSE_VECTOR])
+        return stored_cosines(scored, {r.id: r.vector[DENSE_VECTOR] for r in records})
 
     def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
         where = qe.Filter(must=conditions) if (conditions := _access_conditions(access)) else None

@@ -9,6 +9,8 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from .errors import StoreBackendError
 from .payload import CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD
 from .search import AccessScope, KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
@@ -176,11 +178,12 @@ class ScoredPoints:
 
     ``points`` are (point id, score, payload, named vectors): in sparse and hybrid mode the
     vectors hold the BM25 vector (its terms name the matches), never the dense one (384 floats
-    per hit to read would cost more than asking the store). A hybrid search also passes the
-    (id, score) its dense and sparse companions found: a companion's dense score is the hit's
-    cosine. The cosines no search returned (:attr:`missing_cosines`) the adapter asks the store
-    for, scoring only those points, and hands them to :meth:`hits`. Ids stay as the engine gave
-    them (Edge: ``uuid.UUID``) until a hit is built: only returned hits pay for their text.
+    for every hit would cost more than the few the companions miss). A hybrid search also passes
+    the (id, score) its dense and sparse companions found: a companion's dense score is the hit's
+    cosine. The cosines no search returned (:attr:`missing_cosines`) the adapter computes from
+    those points' stored vectors (:func:`stored_cosines`) and hands them to :meth:`hits`. Ids
+    stay as the engine gave them (Edge: ``uuid.UUID``) until a hit is built: only returned hits
+    pay for their text.
 
     BM25 and rank-fusion scores tie often (two hits first in one search and second in the
     other); the engine breaks ties by chance, so equal scores are ordered by point id here,
@@ -262,9 +265,10 @@ def found_hits(
     """Each request's hits from the engine's result lists, in the order the adapter sent the
     queries: the ranked one, then for hybrid its dense and sparse companions (points with
     ``id``, ``score``, ``payload``, ``vector``). The cosines no search returned are asked of the
-    store in one more round trip for all requests (``ask_cosines``: the adapter's dense searches
-    restricted to those points), only when some request lacks any; every list is then checked
-    by :func:`complete_hits` (``stored``: the store's point count under a request's filters)."""
+    store in one more round trip for all requests (``ask_cosines``: the adapter reads those
+    points' dense vectors, :func:`stored_cosines`), only when some request lacks any; every list
+    is then checked by :func:`complete_hits` (``stored``: the store's point count under a
+    request's filters)."""
     scored = []
     for request in requests:
         rows = [(p.id, p.score, p.payload, p.vector) for p in next(results)]
@@ -276,6 +280,30 @@ def found_hits(
     return [
         complete_hits(s.request, s.hits(next(answers) if s.missing_cosines else None), stored) for s in scored
     ]
+
+
+def missing_points(scored: Sequence[ScoredPoints]) -> list[Any]:
+    """The points whose cosines the requests still lack, each once."""
+    return list(dict.fromkeys(pid for s in scored for pid in s.missing_cosines))
+
+
+def stored_cosines(
+    scored: Sequence[ScoredPoints], vectors: Mapping[Any, Sequence[float]]
+) -> list[dict[Any, float]]:
+    """Each request's cosines of its :attr:`~ScoredPoints.missing_cosines` from their stored
+    dense ``vectors`` (the engine stores them unit-length under cosine distance), for
+    :func:`found_hits`. Reading the few vectors a lookup lacks (about 6 per SciFact lookup) costs
+    less than a dense search restricted to them (0.27 ms against 0.43 embedded). A point the
+    store did not give back, or whose vector is not a number (a search would not rank it), is
+    left out: its hit is then unreadable."""
+    rows = {pid: np.asarray(vector, dtype=np.float32) for pid, vector in vectors.items()}
+    answers = []
+    for s in scored:
+        query = np.asarray(s.request.query_vector, dtype=np.float32)
+        query = query / max(float(np.linalg.norm(query)), 1e-12)
+        cosines = {pid: float(rows[pid] @ query) for pid in s.missing_cosines if pid in rows}
+        answers.append({pid: cosine for pid, cosine in cosines.items() if math.isfinite(cosine)})
+    return answers
 
 
 def _doc_and_content(payload: Mapping[str, Any] | None) -> tuple[str, str] | None:

@@ -45,6 +45,7 @@ _SNAKE = re.compile(r"\w*[^\W\d_]\w*_\w+|\w+_\w*[^\W\d_]\w*")  # a "_" and a let
 _DOTTED = re.compile(r"[^\W_]{2,}(?:[_.][^\W_]{2,})+")  # server.http.port, Params.shortcode_color; not e.g
 _CAMEL = re.compile(r"[a-z][A-Z]")  # a lower-to-upper step inside: baseURL, disableKinds
 _PARTED = re.compile(r"^--|[-_./:#]")  # identifiers the word tokenizer splits into parts
+_IDENTIFIER_SEPARATORS = re.compile(r"[-_./:#]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,21 +108,23 @@ class Bm25Encoder:
     @staticmethod
     def matched_terms(query_terms: dict[str, int], document_indices: Iterable[int]) -> list[str]:
         """Of :meth:`query_terms`, those in a document's sparse vector (all of them: the verdict
-        reads their share; a hit reason lists the first :data:`MAX_MATCHED_TERMS`)."""
+        reads their share; a hit reason lists the first :data:`MAX_MATCHED_TERMS`). A matched
+        whole hides its parts: a character of a CJK pair, a word of an identifier (``inv`` of
+        ``inv-48213``; ``word1`` is no part of ``word10``)."""
         held = set(document_indices)
         matched: list[str] = []
-        for term, index in query_terms.items():  # longest first: a whole hides its parts
-            if index in held and not any(_part_of(term, longer) for longer in matched):
-                matched.append(term)
+        parts: set[str] = set()  # the words of the matched terms
+        for term, index in query_terms.items():  # longest first: a whole comes before its parts
+            if index not in held:
+                continue
+            if _CJK_RUN.fullmatch(term):
+                if any(term in whole for whole in matched):
+                    continue
+            elif term in parts:
+                continue
+            matched.append(term)
+            parts.update(_IDENTIFIER_SEPARATORS.split(term.lstrip("-")))
         return matched
-
-
-def _part_of(term: str, whole: str) -> bool:
-    """Whether ``term`` is a part of a longer matched term: a character of a CJK pair, or a word
-    of an identifier (``inv`` of ``inv-48213``); ``word1`` is no part of ``word10``."""
-    if _CJK_RUN.fullmatch(term):
-        return term in whole
-    return term in re.split(r"[-_./:#]+", whole.lstrip("-"))
 
 
 def held_as_written(text: str, term: str) -> bool:

@@ -272,6 +272,52 @@ def test_search_batch_equals_individual_searches(loaded: KnowledgeStore, vectors
         assert [h.score for h in batch_hits] == pytest.approx([h.score for h in single], abs=1e-5)
 
 
+def test_a_hybrid_hit_the_dense_search_missed_gets_the_cosine_of_its_vector(
+    store: KnowledgeStore, vectors
+) -> None:
+    """Twelve chunks with no query word lie closer to the query than any other, so the dense
+    companion (``ranked_width`` = 12 deep) misses the refund chunks the BM25 search ranks first:
+    their cosines come from their stored vectors, equal to what a dense search scores them."""
+    query = QUERIES[0]
+    near = np.asarray(vectors[query])
+    rng = np.random.default_rng(0)
+    fillers = []
+    for i in range(12):
+        vector = near + rng.normal(0, 0.01, DIM)
+        text = f"Unrelated filler note number {i}."
+        fillers.append(
+            stored(
+                vectors,
+                f"filler-{i}",
+                0,
+                ["misc"],
+                text,
+                vector=vector / np.linalg.norm(vector),
+                doc_chunks=1,
+            )
+        )
+    chunks = [
+        replace(c, sparse_vector=bm25_encoder().embed_document(c.payload["content"]))
+        for c in all_chunks(vectors) + fillers
+    ]
+    store.upsert(chunks)
+    stored_vectors = {(c.payload["doc_id"], c.payload["chunk_index"]): np.asarray(c.vector) for c in chunks}
+    hits = store.search(
+        replace(
+            request(vectors, query, top_k=4),
+            mode="hybrid",
+            fusion="rrf",  # the BM25 search's first two rank with the dense search's first two
+            sparse_vector=bm25_encoder().embed_query(query),
+        )
+    )
+    unit = near / np.linalg.norm(near)
+    missed = [h for h in hits if h.dense_rank is None]
+    assert missed and all(h.doc_id == "refunds" for h in missed)
+    for hit in hits:
+        vector = stored_vectors[(hit.doc_id, hit.chunk_index)]
+        assert hit.dense_score == pytest.approx(float(vector @ unit / np.linalg.norm(vector)), abs=1e-4)
+
+
 def test_term_idf_is_the_bm25_idf_of_the_chunks_holding_each_term(store: KnowledgeStore, vectors) -> None:
     """The engine applies BM25's IDF without exposing it; ``term_idf`` reads it back. A term no
     chunk the caller may see holds gets the IDF of a term no chunk holds."""
