@@ -17,6 +17,7 @@ from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
+from lookup_knowledge.calibration import own_question
 from lookup_knowledge.config import Config
 from lookup_knowledge.probes import PROBE_QUERIES
 from lookup_knowledge.stores import l0_index_path, open_store
@@ -118,6 +119,7 @@ class FaultySearchPort(KnowledgeSearchPort):
         self.message = message
         self.calls: list[SearchCall] = []
         self.round_trips: list[list[SearchRequest]] = []  # one entry per search / search_batch
+        self._own_questions: set[str] = set()  # questions the calibration makes from sampled chunks
 
     def _fails(self, request: SearchRequest) -> bool:
         filtered = request.category is not None
@@ -139,9 +141,11 @@ class FaultySearchPort(KnowledgeSearchPort):
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Like a store's batch: one failing request fails the whole round trip.
 
-        The store's calibration probes (once per tool, ``lookup_knowledge.calibration``) fail
-        like any search but are not recorded: tests count the lookup's own searches."""
-        if requests and all(request.query_text in _PROBES for request in requests):
+        The store's calibration searches (its probes and the questions made from its own chunks,
+        once per tool: ``lookup_knowledge.calibration``) fail like any search but are not
+        recorded: tests count the lookup's own searches."""
+        calibration = _PROBES | self._own_questions
+        if requests and all(request.query_text in calibration for request in requests):
             if any(self._fails(request) for request in requests):
                 raise ConnectionError(self.message)
             return self.inner.search_batch(requests)
@@ -154,6 +158,12 @@ class FaultySearchPort(KnowledgeSearchPort):
         if self.fail_all or self.fail_term_idf:
             raise ConnectionError(self.message)
         return self.inner.term_idf(token_ids, access)
+
+    def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
+        """The store's sample, so a wrapped store keeps its own bar (its questions are calibration)."""
+        chunks = self.inner.sample_chunks(n, access)
+        self._own_questions.update(q for _, content in chunks if (q := own_question(content)))
+        return chunks
 
     def returned_hits(self) -> dict[str, SearchHit]:
         """Evidence key -> hit, over every hit any search returned."""
