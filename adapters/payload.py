@@ -59,6 +59,7 @@ class ChunkPayload(TypedDict):
     ingested_at: str  # when the chunk's document version was written (ISO 8601, UTC)
     source_file: SourceFilePayload | None  # None: a JSONL record
     access: list[str]  # the principals (groups, users) that may see the chunk's document
+    embedding_model: str  # the model that embedded it: a new version may reuse its vector for the same text
 
 
 PAYLOAD_FIELDS: Final = frozenset(ChunkPayload.__required_keys__ | ChunkPayload.__optional_keys__)
@@ -91,6 +92,7 @@ HEADING_PATH_FIELD: Final = payload_field("heading_path")
 INGESTED_AT_FIELD: Final = payload_field("ingested_at")
 SOURCE_FILE_FIELD: Final = payload_field("source_file")
 ACCESS_FIELD: Final = payload_field("access")
+EMBEDDING_MODEL_FIELD: Final = payload_field("embedding_model")
 
 VERSION_FIELDS: Final = (
     DOC_ID_FIELD,

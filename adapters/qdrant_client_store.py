@@ -222,6 +222,29 @@ class QdrantClientStore(QdrantStore):
             if offset is None:
                 return
 
+    def _document_points(
+        self, doc_ids: list[str], fields: list[str]
+    ) -> Iterator[tuple[Mapping[str, Any], Sequence[float] | None]]:
+        where = models.Filter(
+            must=[models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchAny(any=doc_ids))]
+        )
+        offset = None
+        while True:
+            with self._errors("scroll"):
+                records, offset = self._client.scroll(
+                    self.collection,
+                    scroll_filter=where,
+                    limit=_SCROLL_PAGE,
+                    offset=offset,
+                    with_payload=fields,
+                    with_vectors=[DENSE_VECTOR],
+                )
+            for record in records:
+                vectors = record.vector if isinstance(record.vector, Mapping) else {}
+                yield record.payload or {}, vectors.get(DENSE_VECTOR)
+            if offset is None:
+                return
+
     def _first_payloads(
         self, n: int, access: AccessScope | None, fields: list[str]
     ) -> list[Mapping[str, Any]]:

@@ -232,6 +232,25 @@ class QdrantEdgeStore(QdrantStore):
             if offset is None:
                 return
 
+    def _document_points(
+        self, doc_ids: list[str], fields: list[str]
+    ) -> Iterator[tuple[Mapping[str, Any], Sequence[float] | None]]:
+        where = qe.Filter(must=[qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchAny(doc_ids))])
+        offset = None
+        while True:
+            request = qe.ScrollRequest(
+                offset=offset,
+                limit=_SCROLL_PAGE,
+                filter=where,
+                with_payload=qe.PayloadSelector.Include(fields),
+                with_vector=[DENSE_VECTOR],
+            )
+            with backend_errors("scroll"):
+                records, offset = self._shard.scroll(request)
+            yield from ((r.payload or {}, (r.vector or {}).get(DENSE_VECTOR)) for r in records)
+            if offset is None:
+                return
+
     def _first_payloads(
         self, n: int, access: AccessScope | None, fields: list[str]
     ) -> list[Mapping[str, Any]]:

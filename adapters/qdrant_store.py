@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .errors import StoreBackendError
-from .payload import CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD
+from .payload import BREADCRUMB_FIELD, CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD, EMBEDDING_MODEL_FIELD
 from .search import AccessScope, KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
 from .sparse import Bm25Encoder, bm25_encoder, holds_identifier
 
@@ -57,6 +57,22 @@ class QdrantStore(KnowledgeStore):
             return []
         payloads = self._first_payloads(n, access, [DOC_ID_FIELD, CONTENT_FIELD])
         return [chunk for payload in payloads if (chunk := _doc_and_content(payload))]
+
+    def stored_vectors(self, doc_ids: Sequence[str], model: str) -> dict[tuple[str, str], list[float]]:
+        if not doc_ids:
+            return {}
+        fields = [BREADCRUMB_FIELD, CONTENT_FIELD, EMBEDDING_MODEL_FIELD]
+        return {
+            (payload.get(BREADCRUMB_FIELD) or "", payload.get(CONTENT_FIELD) or ""): list(vector)
+            for payload, vector in self._document_points(list(doc_ids), fields)
+            if payload.get(EMBEDDING_MODEL_FIELD) == model and vector is not None
+        }
+
+    @abstractmethod
+    def _document_points(
+        self, doc_ids: list[str], fields: list[str]
+    ) -> Iterator[tuple[Mapping[str, Any], Sequence[float] | None]]:
+        """The payload ``fields`` and the dense vector of every point of ``doc_ids``, page by page."""
 
     @abstractmethod
     def _first_payloads(
@@ -301,7 +317,8 @@ def stored_cosines(
     for s in scored:
         query = np.asarray(s.request.query_vector, dtype=np.float32)
         query = query / max(float(np.linalg.norm(query)), 1e-12)
-        cosines = {pid: float(rows[pid] @ query) for pid in s.missing_cosines if pid in rows}
+        with np.errstate(invalid="ignore"):  # a NaN vector (corrupt data) is left out below
+            cosines = {pid: float(rows[pid] @ query) for pid in s.missing_cosines if pid in rows}
         answers.append({pid: cosine for pid, cosine in cosines.items() if math.isfinite(cosine)})
     return answers
 

@@ -250,6 +250,12 @@ class KnowledgeStore(KnowledgeSearchPort):
     def documents(self) -> dict[str, StoredDocument]:
         """Every stored document, with its source and the completeness of each stored version."""
 
+    def stored_vectors(self, doc_ids: Sequence[str], model: str) -> dict[tuple[str, str], list[float]]:
+        """The dense vectors of the stored chunks of ``doc_ids`` that ``model`` embedded, by
+        (breadcrumb, content), the text that was embedded: a new version of a document reuses
+        them for its unchanged chunks. A store that cannot tell returns ``{}`` (all are embedded)."""
+        return {}
+
     @abstractmethod
     def set_access(self, doc_id: str, access: Sequence[str]) -> None:
         """Set the access field of every chunk of ``doc_id`` (one payload update by filter)."""

@@ -52,6 +52,7 @@ class IngestReport:
     unchanged: int = 0
     pruned: int = 0
     chunks_written: int = 0
+    chunks_embedded: int = 0  # of those written: the rest reused their old version's vector (same text)
     points_in_store: int = 0
     skipped: list[SkippedFile] = field(default_factory=list)
     seconds: float = 0.0
@@ -65,6 +66,7 @@ class _PendingChunk:
     doc_chunks: int
     ingested_at: str
     access: tuple[str, ...]
+    model: str
 
 
 def ingest(
@@ -115,7 +117,7 @@ def _sync(
     access = {doc.doc_id: document_access(doc, config) for doc in documents}
     changed = [doc for doc in documents if not _holds(stored.get(doc.doc_id), hashes[doc.doc_id], doc)]
     chunks = {doc.doc_id: chunk_document(doc, config.ingest.chunk_chars) for doc in changed}
-    _write(changed, chunks, hashes, access, store, embedder, progress)
+    embedded = _write(changed, chunks, hashes, access, store, embedder, progress, set(stored))
     gone = _prunable(stored, hashes, corpus.skipped) if prune else []
     _update_l0(config, documents, access, gone)  # first: the L0 index never lists a document the store lost
     regranted = _set_access(documents, changed, stored, access, store)
@@ -132,6 +134,7 @@ def _sync(
         unchanged=len(documents) - len(changed) - regranted,
         pruned=len(gone),
         chunks_written=sum(map(len, chunks.values())),
+        chunks_embedded=embedded,
     )
 
 
@@ -203,31 +206,59 @@ def _write(
     store: KnowledgeStore,
     embedder: Embedder,
     progress: bool,
-) -> None:
-    """Embed and write whole documents in groups of about :data:`EMBED_GROUP` chunks.
+    stored: set[str] = frozenset(),
+) -> int:
+    """Embed and write whole documents in groups of about :data:`EMBED_GROUP` chunks; how many
+    chunks were embedded.
 
     A group never splits a document, and documents go in order of their mean chunk length
-    (the model pads each batch to its longest), so each write replaces whole documents.
+    (the model pads each batch to its longest), so each write replaces whole documents. A new
+    version of a ``stored`` document reuses the vector of each chunk whose embedded text (its
+    breadcrumb and content) its old version holds, embedded by the same model: an edit to one
+    section of a long page embeds that section's chunks, not the page's.
     """
     ordered = sorted(documents, key=lambda doc: _mean_length(chunks[doc.doc_id]))
     ingested_at = datetime.now(UTC).isoformat(timespec="seconds")
+    embedded = 0
     with _progress_bar(progress) as bar:
         task = bar.add_task("embedding chunks", total=sum(map(len, chunks.values())))
         for group in _groups(ordered, chunks, EMBED_GROUP):
             pending = [
                 _PendingChunk(
-                    doc, chunk, hashes[doc.doc_id], len(chunks[doc.doc_id]), ingested_at, access[doc.doc_id]
+                    doc,
+                    chunk,
+                    hashes[doc.doc_id],
+                    len(chunks[doc.doc_id]),
+                    ingested_at,
+                    access[doc.doc_id],
+                    embedder.model_name,
                 )
                 for doc in group
                 for chunk in chunks[doc.doc_id]
             ]
-            vectors = embedder.embed_documents([p.chunk.embedding_text for p in pending])
+            replaced = [doc.doc_id for doc in group if doc.doc_id in stored]
+            vectors, fresh = _vectors(pending, embedder, store, replaced)
+            embedded += fresh
             sparse = [bm25_encoder().embed_document(_sparse_text(p)) for p in pending]
             written = [
                 StoredChunk(v, _payload(p), s) for p, v, s in zip(pending, vectors, sparse, strict=True)
             ]
             store.write_documents(written)
             bar.advance(task, len(pending))
+    return embedded
+
+
+def _vectors(
+    pending: list[_PendingChunk], embedder: Embedder, store: KnowledgeStore, replaced: list[str]
+) -> tuple[list[Sequence[float]], int]:
+    """Each pending chunk's dense vector, and how many were embedded: its old version's where
+    the store holds the same embedded text from the same model (``replaced``: the group's
+    documents it holds), the rest embedded as one batch."""
+    old = store.stored_vectors(replaced, embedder.model_name) if replaced else {}
+    keys = [(p.chunk.breadcrumb, p.chunk.content) for p in pending]
+    fresh = [p.chunk.embedding_text for p, key in zip(pending, keys, strict=True) if key not in old]
+    new = iter(embedder.embed_documents(fresh) if fresh else [])
+    return [old[key] if key in old else next(new) for key in keys], len(fresh)
 
 
 def _sparse_text(pending: _PendingChunk) -> str:
@@ -328,6 +359,7 @@ def _payload(pending: _PendingChunk) -> ChunkPayload:
         ingested_at=pending.ingested_at,
         source_file=doc.file.payload() if doc.file else None,
         access=list(pending.access),
+        embedding_model=pending.model,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 import sys
 from collections.abc import Iterator
@@ -120,8 +121,8 @@ def test_stored_chunks_carry_evidence_payload(sample: SampleIngest, embedder) ->
 STORED_KEYS = {  # what every release since access control writes: a rename needs a re-ingest
     "evidence_key", "doc_id", "chunk_index", "content", "source", "title", "breadcrumb", "category",
     "keywords", "entities", "description", "doc_type", "doc_hash", "doc_chunks", "instruction_like_v1",
-    "location", "heading_path", "ingested_at", "source_file", "access",
-}  # fmt: skip
+    "location", "heading_path", "ingested_at", "source_file", "access", "embedding_model",
+}  # fmt: skip  # embedding_model: since vectors are reused (a store without it embeds all again)
 
 
 def test_every_stored_payload_has_exactly_the_schemas_keys(sample: SampleIngest, embedder) -> None:
@@ -227,6 +228,42 @@ def test_changed_document_replaces_its_chunks(tmp_path: Path, embedder) -> None:
     (chunk,) = stored_chunks(config, embedder, "deploys")
     assert chunk.chunk_index == 0
     assert "Ship it." in chunk.content
+
+
+def test_an_edited_section_is_embedded_and_the_unchanged_ones_keep_their_vectors(
+    tmp_path: Path, embedder
+) -> None:
+    source, config = tmp_path / "kb", make_config(tmp_path / "store")
+    meta = {"id": "deploys", "title": "Deploys"}
+    write_markdown(source, "deploys.md", meta, THREE_SECTIONS)
+    assert ingest(source, config, embedder=embedder).chunks_embedded == 3
+    with opened(config) as store:
+        before = store.stored_vectors(["deploys"], embedder.model_name)
+    assert len(before) == 3
+
+    edited = THREE_SECTIONS.replace("Roll out gradually. " * 40, "Roll out to one region first. " * 30)
+    write_markdown(source, "deploys.md", meta, edited)
+    report = ingest(source, config, embedder=embedder)
+    assert (report.updated, report.chunks_written, report.chunks_embedded) == (1, 3, 1)
+    with opened(config) as store:
+        after = store.stored_vectors(["deploys"], embedder.model_name)
+    kept = before.keys() & after.keys()
+    assert len(kept) == 2 and all(after[key] == pytest.approx(before[key], abs=1e-6) for key in kept)
+    ((breadcrumb, content),) = after.keys() - kept
+    assert "one region first" in content
+    fresh = embedder.embed_documents([f"{breadcrumb}\n{content}"])[0]
+    assert after[(breadcrumb, content)] == pytest.approx(fresh.tolist(), abs=1e-5)
+    assert [h.chunk_index for h in stored_chunks(config, embedder, "deploys")] == [0, 1, 2]
+
+
+def test_another_model_embeds_every_chunk_again(tmp_path: Path, embedder) -> None:
+    source, config = tmp_path / "kb", make_config(tmp_path / "store")
+    write_markdown(source, "deploys.md", {"id": "deploys", "title": "Deploys"}, THREE_SECTIONS)
+    ingest(source, config, embedder=embedder)
+    renamed = copy.copy(embedder)  # the same loaded weights under another name
+    renamed.model_name, renamed.encoder = "another-model", embedder.encoder
+    report = ingest(source, config, embedder=renamed)
+    assert (report.updated, report.chunks_written, report.chunks_embedded) == (1, 3, 3)
 
 
 def test_metadata_change_counts_as_update_and_refreshes_l0(

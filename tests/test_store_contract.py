@@ -318,6 +318,29 @@ def test_a_hybrid_hit_the_dense_search_missed_gets_the_cosine_of_its_vector(
         assert hit.dense_score == pytest.approx(float(vector @ unit / np.linalg.norm(vector)), abs=1e-4)
 
 
+def test_stored_vectors_are_those_of_the_asked_documents_from_that_model(
+    store: KnowledgeStore, vectors
+) -> None:
+    chunks = [
+        replace(c, payload={**c.payload, "breadcrumb": "Refunds", "embedding_model": "minilm"})
+        for c in all_chunks(vectors)
+    ]
+    other_model = {"kafka"}
+    store.upsert(
+        [
+            replace(c, payload={**c.payload, "embedding_model": "other"})
+            if c.payload["doc_id"] in other_model
+            else c
+            for c in chunks
+        ]
+    )
+    found = store.stored_vectors(["refunds", "kafka", "no-such-doc"], "minilm")
+    assert set(found) == {("Refunds", text) for doc_id, _, _, text in CHUNKS if doc_id == "refunds"}
+    for (_, text), vector in found.items():
+        assert vector == pytest.approx(np.asarray(vectors[text]).tolist(), abs=1e-5)
+    assert store.stored_vectors([], "minilm") == {}
+
+
 def test_term_idf_is_the_bm25_idf_of_the_chunks_holding_each_term(store: KnowledgeStore, vectors) -> None:
     """The engine applies BM25's IDF without exposing it; ``term_idf`` reads it back. A term no
     chunk the caller may see holds gets the IDF of a term no chunk holds."""

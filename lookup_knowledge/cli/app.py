@@ -159,7 +159,8 @@ def _watch(source: Path, settings: Config) -> None:
     def report_line(report: IngestReport) -> None:
         console.print(
             f"ingested {report.documents} documents: {report.new} new, {report.updated} updated, "
-            f"{report.pruned} pruned, {report.chunks_written} chunks written in {report.seconds:.2f} s",
+            f"{report.pruned} pruned, {report.chunks_written} chunks written "
+            f"({report.chunks_embedded} embedded) in {report.seconds:.2f} s",
             highlight=False, markup=False,
         )  # fmt: skip
 
@@ -182,7 +183,7 @@ def _print_ingest_report(report: IngestReport) -> None:
         ("documents", report.documents),
         ("new / updated / unchanged", f"{report.new} / {report.updated} / {report.unchanged}"),
         ("pruned", report.pruned),
-        ("chunks written", report.chunks_written),
+        ("chunks written (embedded)", f"{report.chunks_written} ({report.chunks_embedded})"),
         ("points in store", report.points_in_store),
         ("skipped files", len(report.skipped)),
         ("seconds", f"{report.seconds:.1f}"),
