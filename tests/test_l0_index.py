@@ -96,9 +96,13 @@ def test_a_title_of_stop_words_only_is_not_matched() -> None:
             L0Document("abstract-in", "In", (), ("biomedical",), ()),
             L0Document("where-function", "where", ("where",), ("functions",), ()),
             L0Document("sids", "Sudden infant death syndrome.", (), ("biomedical",), ()),
+            L0Document("and-or", "And / Or", (), ("logic",), ()),
+            L0Document("in-vivo", "In vivo", (), ("methods",), ()),
         ]
     )
     assert index.match("1 in 5 million in UK have abnormal PrP positivity.") == L0Hints()
+    assert index.match("this and or that").matched_titles == []
+    assert index.match("results in vivo").matched_titles == ["In vivo"]  # one word kept: a title
     hints = index.match("Deaths from sudden infant death syndrome happen in newborns")
     assert (hints.matched_titles, hints.domains) == (["Sudden infant death syndrome."], ["biomedical"])
     keyword = index.match("filter pages with where")  # a keyword is curated frontmatter: it still matches
