@@ -32,6 +32,7 @@ from .qdrant_store import (
     SPARSE_VECTOR,
     QdrantStore,
     ScoredPoints,
+    dense_vector,
     found_hits,
     missing_points,
     stored_cosines,
@@ -155,7 +156,7 @@ class QdrantClientStore(QdrantStore):
             records = self._client.retrieve(
                 self.collection, missing_points(scored), with_payload=False, with_vectors=[DENSE_VECTOR]
             )
-        return stored_cosines(scored, {r.id: r.vector[DENSE_VECTOR] for r in records})
+        return stored_cosines(scored, {r.id: dense_vector(r) for r in records})
 
     def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
         conditions = _access_conditions(access)
@@ -239,9 +240,7 @@ class QdrantClientStore(QdrantStore):
                     with_payload=fields,
                     with_vectors=[DENSE_VECTOR],
                 )
-            for record in records:
-                vectors = record.vector if isinstance(record.vector, Mapping) else {}
-                yield record.payload or {}, vectors.get(DENSE_VECTOR)
+            yield from ((record.payload or {}, dense_vector(record)) for record in records)
             if offset is None:
                 return
 
@@ -254,6 +253,10 @@ class QdrantClientStore(QdrantStore):
                 self.collection, limit=n, scroll_filter=where, with_payload=fields
             )
         return [record.payload or {} for record in records]
+
+    def _points_estimate(self) -> int:
+        with self._errors("count"):
+            return self._client.count(self.collection, exact=False).count
 
     def _matching(self, request: SearchRequest | None) -> int:
         with self._errors("count"):

@@ -29,6 +29,7 @@ from .qdrant_store import (
     SPARSE_VECTOR,
     QdrantStore,
     ScoredPoints,
+    dense_vector,
     found_hits,
     missing_points,
     stored_cosines,
@@ -169,7 +170,7 @@ class QdrantEdgeStore(QdrantStore):
         with backend_errors("search"):
             points = missing_points(scored)
             records = self._shard.retrieve(points, with_payload=False, with_vector=[DENSE_VECTOR])
-        return stored_cosines(scored, {r.id: r.vector[DENSE_VECTOR] for r in records})
+        return stored_cosines(scored, {r.id: dense_vector(r) for r in records})
 
     def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
         where = qe.Filter(must=conditions) if (conditions := _access_conditions(access)) else None
@@ -247,7 +248,7 @@ class QdrantEdgeStore(QdrantStore):
             )
             with backend_errors("scroll"):
                 records, offset = self._shard.scroll(request)
-            yield from ((r.payload or {}, (r.vector or {}).get(DENSE_VECTOR)) for r in records)
+            yield from ((record.payload or {}, dense_vector(record)) for record in records)
             if offset is None:
                 return
 
@@ -259,6 +260,10 @@ class QdrantEdgeStore(QdrantStore):
         with backend_errors("scroll"):
             records, _ = self._shard.scroll(request)
         return [record.payload or {} for record in records]
+
+    def _points_estimate(self) -> int:
+        with backend_errors("count"):
+            return self._shard.count(qe.CountRequest(exact=False))
 
     def _matching(self, request: SearchRequest | None) -> int:
         where = None if request is None else _request_filter(request)
