@@ -59,7 +59,7 @@ class ChunkPayload(TypedDict):
     ingested_at: str  # when the chunk's document version was written (ISO 8601, UTC)
     source_file: SourceFilePayload | None  # None: a JSONL record
     access: list[str]  # the principals (groups, users) that may see the chunk's document
-    embedding_model: str  # the model that embedded it: a new version may reuse its vector for the same text
+    embedding_model: str  # the model and form of text that made its vector: reused for the same text
 
 
 PAYLOAD_FIELDS: Final = frozenset(ChunkPayload.__required_keys__ | ChunkPayload.__optional_keys__)

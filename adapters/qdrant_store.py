@@ -58,14 +58,14 @@ class QdrantStore(KnowledgeStore):
         payloads = self._first_payloads(n, access, [DOC_ID_FIELD, CONTENT_FIELD])
         return [chunk for payload in payloads if (chunk := _doc_and_content(payload))]
 
-    def stored_vectors(self, doc_ids: Sequence[str], model: str) -> dict[tuple[str, str], list[float]]:
+    def stored_vectors(self, doc_ids: Sequence[str], source: str) -> dict[tuple[str, str], list[float]]:
         if not doc_ids:
             return {}
         fields = [BREADCRUMB_FIELD, CONTENT_FIELD, EMBEDDING_MODEL_FIELD]
         return {
             (payload.get(BREADCRUMB_FIELD) or "", payload.get(CONTENT_FIELD) or ""): list(vector)
             for payload, vector in self._document_points(list(doc_ids), fields)
-            if payload.get(EMBEDDING_MODEL_FIELD) == model and vector is not None
+            if payload.get(EMBEDDING_MODEL_FIELD) == source and vector is not None
         }
 
     @abstractmethod

@@ -250,8 +250,9 @@ class KnowledgeStore(KnowledgeSearchPort):
     def documents(self) -> dict[str, StoredDocument]:
         """Every stored document, with its source and the completeness of each stored version."""
 
-    def stored_vectors(self, doc_ids: Sequence[str], model: str) -> dict[tuple[str, str], list[float]]:
-        """The dense vectors of the stored chunks of ``doc_ids`` that ``model`` embedded, by
+    def stored_vectors(self, doc_ids: Sequence[str], source: str) -> dict[tuple[str, str], list[float]]:
+        """The dense vectors of the stored chunks of ``doc_ids`` made by ``source`` (their
+        ``embedding_model``: the model and the form of the embedded text), by
         (breadcrumb, content), the text that was embedded: a new version of a document reuses
         them for its unchanged chunks. A store that cannot tell returns ``{}`` (all are embedded)."""
         return {}

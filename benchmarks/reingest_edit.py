@@ -45,7 +45,7 @@ def forgetful(store: KnowledgeStore) -> KnowledgeStore:
     """The store with ``stored_vectors`` answering nothing: every chunk is embedded again."""
 
     class Forgetful(type(store)):  # type: ignore[misc, valid-type]
-        def stored_vectors(self, doc_ids: Sequence[str], model: str) -> dict:
+        def stored_vectors(self, doc_ids: Sequence[str], source: str) -> dict:
             return {}
 
     store.__class__ = Forgetful

@@ -43,7 +43,14 @@ from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.config import Config
 from lookup_knowledge.eval.batch import lookup_many
-from lookup_knowledge.ingestion import _payload, _PendingChunk, _sparse_text, document_access, document_hash
+from lookup_knowledge.ingestion import (
+    _payload,
+    _PendingChunk,
+    _sparse_text,
+    document_access,
+    document_hash,
+    vector_source,
+)
 from lookup_knowledge.stores import build_embedder, l0_index_path, open_store
 
 CATEGORIES = ("astronomy", "botany", "chemistry", "dentistry", "ecology", "forestry", "geology", "hydro")
@@ -89,7 +96,8 @@ def build(store: Path, size: int, config: Config, pairs: list, vectors: np.ndarr
     for doc, _ in pairs:
         chunks_per_doc[doc.doc_id] = chunks_per_doc.get(doc.doc_id, 0) + 1
     written, write_s, l0_docs = 0, 0.0, []
-    model = build_embedder(config).model_name
+    embedder = build_embedder(config)
+    model, source = embedder.model_name, vector_source(embedder)
     handle = open_store(config, vectors.shape[1])
     try:
         replica = 0
@@ -110,7 +118,7 @@ def build(store: Path, size: int, config: Config, pairs: list, vectors: np.ndarr
                 doc_hash = document_hash(copy, config, model)
                 chunks = chunks_per_doc[doc.doc_id]
                 access = document_access(copy, config)
-                payload = _payload(_PendingChunk(copy, chunk, doc_hash, chunks, INGESTED_AT, access, model))
+                payload = _payload(_PendingChunk(copy, chunk, doc_hash, chunks, INGESTED_AT, access, source))
                 batch.append(StoredChunk(noisy[i], payload, _perturbed(sparse[i], rng, replica)))
                 if len(batch) >= WRITE_GROUP or i == take - 1:
                     started = time.perf_counter()
@@ -122,7 +130,7 @@ def build(store: Path, size: int, config: Config, pairs: list, vectors: np.ndarr
         started = time.perf_counter()
         handle.optimize()
         optimize_s = time.perf_counter() - started
-        handle.write_documents(_edited(pairs, noisy, sparse, config, model))
+        handle.write_documents(_edited(pairs, noisy, sparse, config, embedder))
         started = time.perf_counter()
         handle.optimize()  # what an ingest of a few changed documents runs after its writes
         update_optimize_s = time.perf_counter() - started
@@ -149,7 +157,7 @@ def build(store: Path, size: int, config: Config, pairs: list, vectors: np.ndarr
 
 
 def _edited(
-    pairs: list, vectors: np.ndarray, sparse: list[SparseVector], config: Config, model: str
+    pairs: list, vectors: np.ndarray, sparse: list[SparseVector], config: Config, embedder: Any
 ) -> list[StoredChunk]:
     """New versions (another title) of the first :data:`EDITED` documents of replica 0."""
     edited: list[StoredChunk] = []
@@ -159,7 +167,13 @@ def _edited(
         if doc.doc_id in chunks:
             copy = replace(doc, doc_id=f"{doc.doc_id}~0", title=f"{doc.title} (edited)")
             pending = _PendingChunk(
-                copy, chunk, document_hash(copy, config, model), chunks[doc.doc_id], INGESTED_AT, (), model
+                copy,
+                chunk,
+                document_hash(copy, config, embedder.model_name),
+                chunks[doc.doc_id],
+                INGESTED_AT,
+                (),
+                vector_source(embedder),
             )
             edited.append(StoredChunk(vectors[i], _payload(pending), sparse[i]))
     return edited

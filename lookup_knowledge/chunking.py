@@ -36,6 +36,7 @@ BREADCRUMB_SEPARATOR = " > "
 MIN_CHUNK_CHARS = 150  # below this a chunk is mostly its breadcrumb: a link list, a table's intro
 HARD_CAP_FACTOR = 8  # a block up to 8 x max_chars (8,000 characters by default) stays one chunk
 CHUNKING = "verbatim-blocks+even-size+min150"  # in each document's hash: a change re-chunks
+EMBEDDED_TEXT = "breadcrumb-newline-content"  # the form of Chunk.embedding_text: change it with it
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _HEADING_ATTRIBUTES = re.compile(r"\s*\{[#.:][^{}]*\}\s*$")  # {#setting-up-certificates}, {.class}
@@ -77,7 +78,8 @@ class Chunk:
 
     @property
     def embedding_text(self) -> str:
-        """What is embedded: the breadcrumb gives the chunk its document context."""
+        """What is embedded (:data:`EMBEDDED_TEXT`): the breadcrumb gives the chunk its document
+        context."""
         return f"{self.breadcrumb}\n{self.content}" if self.breadcrumb else self.content
 
 

@@ -17,6 +17,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +33,7 @@ from lookup_knowledge.adapters.l0_index import L0Document, L0Index
 from lookup_knowledge.adapters.payload import ChunkPayload, LocationPayload
 from lookup_knowledge.adapters.search import KnowledgeStore, StoredChunk, StoredDocument, evidence_key
 from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
-from lookup_knowledge.chunking import CHUNKING, Chunk, SourceSpan, chunk_document
+from lookup_knowledge.chunking import CHUNKING, EMBEDDED_TEXT, Chunk, SourceSpan, chunk_document
 from lookup_knowledge.config import Config
 from lookup_knowledge.instruction_flag import block_markers
 from lookup_knowledge.stores import build_embedder, converted_dir, l0_index_path, open_store
@@ -66,7 +67,7 @@ class _PendingChunk:
     doc_chunks: int
     ingested_at: str
     access: tuple[str, ...]
-    model: str
+    source: str  # vector_source: the model and the form of the embedded text
 
 
 def ingest(
@@ -206,7 +207,7 @@ def _write(
     store: KnowledgeStore,
     embedder: Embedder,
     progress: bool,
-    stored: set[str] = frozenset(),
+    stored: AbstractSet[str] = frozenset(),
 ) -> int:
     """Embed and write whole documents in groups of about :data:`EMBED_GROUP` chunks; how many
     chunks were embedded.
@@ -214,12 +215,12 @@ def _write(
     A group never splits a document, and documents go in order of their mean chunk length
     (the model pads each batch to its longest), so each write replaces whole documents. A new
     version of a ``stored`` document reuses the vector of each chunk whose embedded text (its
-    breadcrumb and content) its old version holds, embedded by the same model: an edit to one
-    section of a long page embeds that section's chunks, not the page's.
+    breadcrumb and content) its old version holds, made the same way (:func:`vector_source`): an
+    edit to one section of a long page embeds that section's chunks, not the page's.
     """
     ordered = sorted(documents, key=lambda doc: _mean_length(chunks[doc.doc_id]))
     ingested_at = datetime.now(UTC).isoformat(timespec="seconds")
-    embedded = 0
+    embedded, source = 0, vector_source(embedder)
     with _progress_bar(progress) as bar:
         task = bar.add_task("embedding chunks", total=sum(map(len, chunks.values())))
         for group in _groups(ordered, chunks, EMBED_GROUP):
@@ -231,13 +232,13 @@ def _write(
                     len(chunks[doc.doc_id]),
                     ingested_at,
                     access[doc.doc_id],
-                    embedder.model_name,
+                    source,
                 )
                 for doc in group
                 for chunk in chunks[doc.doc_id]
             ]
             replaced = [doc.doc_id for doc in group if doc.doc_id in stored]
-            vectors, fresh = _vectors(pending, embedder, store, replaced)
+            vectors, fresh = _vectors(pending, embedder, store, replaced, source)
             embedded += fresh
             sparse = [bm25_encoder().embed_document(_sparse_text(p)) for p in pending]
             written = [
@@ -248,13 +249,19 @@ def _write(
     return embedded
 
 
+def vector_source(embedder: Embedder) -> str:
+    """What makes a chunk's dense vector, kept with it (``embedding_model``): the model and the
+    form of the embedded text; a stored vector is reused only when both are the same."""
+    return f"{embedder.model_name} ({EMBEDDED_TEXT})"
+
+
 def _vectors(
-    pending: list[_PendingChunk], embedder: Embedder, store: KnowledgeStore, replaced: list[str]
+    pending: list[_PendingChunk], embedder: Embedder, store: KnowledgeStore, replaced: list[str], source: str
 ) -> tuple[list[Sequence[float]], int]:
     """Each pending chunk's dense vector, and how many were embedded: its old version's where
-    the store holds the same embedded text from the same model (``replaced``: the group's
-    documents it holds), the rest embedded as one batch."""
-    old = store.stored_vectors(replaced, embedder.model_name) if replaced else {}
+    the store holds the same embedded text made the same way (``source``; ``replaced``: the
+    group's documents it holds), the rest embedded as one batch."""
+    old = store.stored_vectors(replaced, source) if replaced else {}
     keys = [(p.chunk.breadcrumb, p.chunk.content) for p in pending]
     fresh = [p.chunk.embedding_text for p, key in zip(pending, keys, strict=True) if key not in old]
     new = iter(embedder.embed_documents(fresh) if fresh else [])
@@ -359,7 +366,7 @@ def _payload(pending: _PendingChunk) -> ChunkPayload:
         ingested_at=pending.ingested_at,
         source_file=doc.file.payload() if doc.file else None,
         access=list(pending.access),
-        embedding_model=pending.model,
+        embedding_model=pending.source,
     )
 
 

@@ -23,7 +23,7 @@ from lookup_knowledge.adapters.search import SearchHit, SearchRequest
 from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
-from lookup_knowledge.ingestion import IngestReport, ingest
+from lookup_knowledge.ingestion import IngestReport, ingest, vector_source
 from lookup_knowledge.stores import l0_index_path, open_store
 
 SAMPLE_DOMAINS = {"customer-support", "data-platform", "infrastructure", "payments", "security"}
@@ -238,7 +238,7 @@ def test_an_edited_section_is_embedded_and_the_unchanged_ones_keep_their_vectors
     write_markdown(source, "deploys.md", meta, THREE_SECTIONS)
     assert ingest(source, config, embedder=embedder).chunks_embedded == 3
     with opened(config) as store:
-        before = store.stored_vectors(["deploys"], embedder.model_name)
+        before = store.stored_vectors(["deploys"], vector_source(embedder))
     assert len(before) == 3
 
     edited = THREE_SECTIONS.replace("Roll out gradually. " * 40, "Roll out to one region first. " * 30)
@@ -246,7 +246,7 @@ def test_an_edited_section_is_embedded_and_the_unchanged_ones_keep_their_vectors
     report = ingest(source, config, embedder=embedder)
     assert (report.updated, report.chunks_written, report.chunks_embedded) == (1, 3, 1)
     with opened(config) as store:
-        after = store.stored_vectors(["deploys"], embedder.model_name)
+        after = store.stored_vectors(["deploys"], vector_source(embedder))
     kept = before.keys() & after.keys()
     assert len(kept) == 2 and all(after[key] == pytest.approx(before[key], abs=1e-6) for key in kept)
     ((breadcrumb, content),) = after.keys() - kept
