@@ -140,7 +140,7 @@ def main() -> None:
 
     corrupt = work / "corrupt"
     subprocess.run(["cp", "-r", str(store), str(corrupt)], check=True)
-    [vectors] = (corrupt / "knowledge").rglob("vector_storage/vectors/chunk_0.mmap")
+    [vectors] = (corrupt / "knowledge").rglob("vector_storage-dense/vectors/chunk_0.mmap")
     with vectors.open("r+b") as handle:
         handle.write(random.Random(1).randbytes(200 * 384 * 4))
     elapsed, code, status = timed_query(f"store.path={corrupt}")
@@ -149,7 +149,7 @@ def main() -> None:
 
     poisoned = work / "nan"
     subprocess.run(["cp", "-r", str(store), str(poisoned)], check=True)
-    [vectors] = (poisoned / "knowledge").rglob("vector_storage/vectors/chunk_0.mmap")
+    [vectors] = (poisoned / "knowledge").rglob("vector_storage-dense/vectors/chunk_0.mmap")
     with vectors.open("r+b") as handle:  # every stored vector
         handle.write(struct.pack("<f", math.nan) * (vectors.stat().st_size // 4))
     elapsed, code, status = timed_query(f"store.path={poisoned}")

@@ -8,6 +8,7 @@ behind it reopens the store once the server is back.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,7 +99,9 @@ def test_the_port_answers_each_outage_and_recovers(tmp_path: Path, small_corpus:
     ingest(small_corpus, config, embedder=embedder)
     server = FlakyServer(config)
     reopened: list[int] = []
-    port = ReconnectingSearchPort(server, on_reopen=lambda: reopened.append(server.opened), retry_after_s=0.2)
+    port = ReconnectingSearchPort(  # a long wait_s: each reopening is awaited, whatever the load
+        server, on_reopen=lambda: reopened.append(server.opened), retry_after_s=0.2, wait_s=30
+    )
     request = SearchRequest("refunds", embedder.embed_query("refund policy"), 3)
     try:
         with pytest.raises(StoreUnavailableError, match="unavailable"):
@@ -120,6 +123,45 @@ def test_the_port_answers_each_outage_and_recovers(tmp_path: Path, small_corpus:
         assert port.search(request)[0].doc_id == "refunds"
         assert (server.opened, reopened) == (2, [2])  # reopened, and the caller told (L0 reload)
     finally:
+        port.close()
+
+
+def test_a_hung_reopening_costs_a_lookup_wait_s_and_serves_the_next(
+    tmp_path: Path, small_corpus: Path, embedder
+) -> None:
+    """A reopening that hangs (a server that accepts and never answers) runs on while each lookup
+    waits for it at most ``wait_s`` and fails with the last error; once it completes, the next
+    lookup is served by it without opening again."""
+    config = make_config(tmp_path, store__backend="qdrant")
+    ingest(small_corpus, config, embedder=embedder)
+    server, answer, reopened = FlakyServer(config), threading.Event(), threading.Event()
+
+    def opener() -> FlakyStore:
+        if server.opened:  # the reopening hangs until the server answers
+            answer.wait(timeout=60)
+        return server()
+
+    port = ReconnectingSearchPort(opener, on_reopen=reopened.set, retry_after_s=0, wait_s=0.1)
+    request = SearchRequest("refunds", embedder.embed_query("refund policy"), 3)
+    try:
+        server.down = False
+        port.connect()
+        server.down = True
+        with pytest.raises(StoreUnavailableError, match="connection refused"):
+            port.search(request)  # the open client fails: dropped
+        server.down = False
+        for _ in range(2):  # the reopening hangs: the first lookup waits wait_s, the next none
+            started = time.perf_counter()
+            with pytest.raises(StoreUnavailableError, match="connection refused"):
+                port.search(request)
+            assert time.perf_counter() - started < 1.0
+        assert server.opened == 1
+        answer.set()  # the server answers: the same reopening completes
+        assert reopened.wait(timeout=30)
+        assert port.search(request)[0].doc_id == "refunds"
+        assert server.opened == 2  # one reopening, however many lookups waited on it
+    finally:
+        answer.set()
         port.close()
 
 
