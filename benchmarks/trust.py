@@ -33,8 +33,8 @@ from rich.table import Table
 from trust_stores import JudgedSet, judged_sets
 
 from lookup_knowledge import KnowledgeTool, load_config
-from lookup_knowledge.calibration import informative_share, script_of
-from lookup_knowledge.dataflows.abstention import INFORMATIVE_FLOOR, INFORMATIVE_RELIEFS
+from lookup_knowledge.calibration import informative_share, script_of, uninformative
+from lookup_knowledge.dataflows.abstention import INFORMATIVE_RELIEFS
 from lookup_knowledge.eval.data import Qrels, load_qrels, relevance
 
 console = Console()
@@ -169,8 +169,8 @@ def would_find(records: pd.DataFrame, strictness: float) -> pd.Series:
     for least, relief in INFORMATIVE_RELIEFS:  # the bar lowered by relief for hits holding least
         informative |= (margin >= strictness - relief) & (share >= least)
     cjk = records["text"].map(script_of) == "cjk"  # a CJK query's verdict reads its words alone
-    uninformative = (margin < 2 * strictness) & (share < INFORMATIVE_FLOOR) & ~cjk  # NaN share: not read
-    passed = margin.isna() | ((margin >= strictness) & ~uninformative) | informative
+    refused = uninformative(margin, share, strictness) & ~cjk  # NaN share: not read
+    passed = margin.isna() | ((margin >= strictness) & ~refused) | informative
     return records["dense_top"].notna() & (records["status"] != "retrieval_failed") & words & passed
 
 

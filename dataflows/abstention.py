@@ -26,7 +26,14 @@ from hamilton.function_modifiers import config
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder, distinctive
-from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, informative_share, script_of
+from lookup_knowledge.calibration import (
+    NEAR_BAR,
+    ProbeCalibration,
+    ProbeNull,
+    informative_share,
+    script_of,
+    uninformative,
+)
 from lookup_knowledge.contract import VerdictReason
 
 from .retrieval import SearchAttempt
@@ -36,7 +43,6 @@ CJK_COVERAGE = 0.3  # a CJK query's share of terms its best hits must hold (set 
 # (share of the query's IDF weight the best hits hold, by how much in margin units it lowers the bar)
 INFORMATIVE_RELIEFS = ((0.4, 0.5), (0.9, 1.0))
 MAX_RELIEF = max(relief for _, relief in INFORMATIVE_RELIEFS)
-INFORMATIVE_FLOOR = 0.1  # the share the best hits must hold of a lookup whose margin is under twice the bar
 EVIDENCE_REASONS = ("plausible", "exact_code", "informative_terms")
 
 
@@ -171,15 +177,15 @@ def _informative_verdict(
     reason: VerdictReason, margin: float | None, informative: float | None, policy: AbstentionPolicy
 ) -> VerdictReason:
     """The verdict once the query's informative share is read: a lookup short of the bar passes
-    when its best hits hold enough of the query's information (:func:`_relief`); one that clears
-    the bar by less than ``strictness`` again fails when they hold under
-    :data:`INFORMATIVE_FLOOR` (the common words of a question the store has nothing on: "days"
-    of "How many vacation days do I get?")."""
+    when its best hits hold enough of the query's information (:func:`_relief`); one just above
+    it fails when they hold too little (:func:`uninformative`: the common words of a question
+    the store has nothing on, "days" of "How many vacation days do I get?", or a neighbouring
+    field's question whose hits share its general words, not its subject)."""
     if informative is None or margin is None:
         return reason
     if reason == "below_probe_null" and margin >= policy.strictness - _relief(informative):
         return "informative_terms"
-    if reason == "plausible" and informative < INFORMATIVE_FLOOR:
+    if reason == "plausible" and uninformative(margin, informative, policy.strictness):
         return "uninformative_terms"
     return reason
 
@@ -188,10 +194,12 @@ def _reads_informative_share(
     reason: VerdictReason, margin: float | None, coverage: float | None, policy: AbstentionPolicy
 ) -> bool:
     """Whether the verdict depends on the informative share: near the bar from below
-    (:func:`_relieved`) or above it by less than ``strictness`` (the store's IDF is read only then)."""
+    (:func:`_relieved`) or above it where :func:`uninformative` can refuse (the store's IDF is
+    read only then)."""
     if reason == "below_probe_null":
         return _relieved(margin, coverage, policy)
-    return reason == "plausible" and margin is not None and bool(coverage) and margin < 2 * policy.strictness
+    reach = policy.strictness + max(policy.strictness, NEAR_BAR[1])  # where uninformative() can refuse
+    return reason == "plausible" and margin is not None and bool(coverage) and margin < reach
 
 
 def evidence_verdict(
@@ -210,7 +218,7 @@ def evidence_verdict(
     ``abstention.strictness``, raised where the store's own questions score high); a margin short of it passes
     when the best hits hold words that carry enough of the query's information (40% for half a
     unit short, 90% for one: :data:`INFORMATIVE_RELIEFS`; the store's BM25 IDF, read only then); a
-    margin above it by less than ``strictness`` fails when they hold under ``INFORMATIVE_FLOOR``.
+    margin just above it fails when they hold too little (:func:`uninformative`).
     No ``search_request`` (L1 disabled): no store was searched, no hits to read."""
     hits = sorted(_used_hits(retrieval_attempts), key=lambda hit: -hit.score)
     policy = replace(abstention_policy, strictness=abstention_policy.bar(probe_null))  # this store's bar

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -104,6 +104,8 @@ def _top_cosine(hits: list[SearchHit]) -> float:
 
 
 MAX_SHAPES = 1024  # nulls kept: a search shape per access scope, so a server's callers add up
+INFORMATIVE_FLOOR = 0.1  # the share the best hits must hold of a lookup whose margin is under twice the bar
+NEAR_BAR = (0.3, 1.0)  # the share they must hold of one less than a margin unit above the bar
 MAX_TERMS = 100_000  # token IDFs kept per store and access scope (then forgotten and read again)
 
 
@@ -263,3 +265,13 @@ def informative_share(
     if not idf or total <= 0:
         return None
     return sum(idf.get(tokens[term], 0.0) for term in matched) / total
+
+
+def uninformative(margin: Any, informative: Any, bar: Any) -> Any:
+    """Whether a margin that clears ``bar`` has best hits holding too little of the query's
+    information to count: under :data:`INFORMATIVE_FLOOR` up to twice the bar, under
+    :data:`NEAR_BAR`'s share within its band above the bar (floats, or pandas Series alike)."""
+    share, band = NEAR_BAR
+    return ((margin < 2 * bar) & (informative < INFORMATIVE_FLOOR)) | (
+        (margin < bar + band) & (informative < share)
+    )

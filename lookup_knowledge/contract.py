@@ -253,7 +253,8 @@ class EvidenceVerdictTrace(ContractModel):
         "not a camelCase name such as GitHub); informative_terms: margin under strictness by at most 0.5, "
         "and the best hits hold words carrying at least 40% of the query's information (at most 1.0 "
         "with 90%: informative_coverage); uninformative_terms: margin above strictness by less than "
-        "strictness, and the best hits hold words carrying under 10% of the query's information"
+        "1.0 with the best hits holding words that carry under 30% of the query's information, or by "
+        "less than strictness with under 10%"
     )
     margin: float | None = Field(
         description="how far dense_top lies above the store's probe median, in units of the probes' "

@@ -12,6 +12,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from dataflow_fixtures import FaultySearchPort, SampleKB, as_json, make_tool
 from hashing_embedder import HashingEmbedder
@@ -19,14 +20,17 @@ from hashing_embedder import HashingEmbedder
 from lookup_knowledge import sample_knowledge_base
 from lookup_knowledge.adapters.search import SearchRequest, access_scope
 from lookup_knowledge.adapters.sparse import bm25_encoder
-from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, own_question, script_of
-from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
-from lookup_knowledge.dataflows.abstention import (
+from lookup_knowledge.calibration import (
     INFORMATIVE_FLOOR,
-    INFORMATIVE_RELIEFS,
-    MAX_RELIEF,
-    EvidenceVerdict,
+    NEAR_BAR,
+    ProbeCalibration,
+    ProbeNull,
+    own_question,
+    script_of,
+    uninformative,
 )
+from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
+from lookup_knowledge.dataflows.abstention import INFORMATIVE_RELIEFS, MAX_RELIEF, EvidenceVerdict
 from lookup_knowledge.dataflows.postprocessing import SCREENED_COLUMNS
 from lookup_knowledge.dataflows.result import completeness_hint, relevance_level
 from lookup_knowledge.frames import object_frame
@@ -175,7 +179,54 @@ def test_a_question_between_strictness_and_the_stores_bar_is_no_evidence(tool, s
     alone = make_tool(sample_kb, embedder, abstention__own_questions=False).lookup(query)
     verdict = tool.lookup(query).retrieval_trace.evidence_verdict
     assert 1.5 <= verdict.margin < verdict.strictness  # clears strictness, not the store's bar
-    assert alone.found and (tool.lookup(query).found, verdict.reason) == (False, "below_probe_null")
+    assert alone.retrieval_trace.evidence_verdict.reason != "below_probe_null"  # its margin alone passes
+    assert (tool.lookup(query).found, verdict.reason) == (False, "below_probe_null")
+
+
+TRAVEL = "Who approves travel expenses?"  # the runbooks say who approves refunds, nothing on travel
+
+
+def test_a_margin_just_above_the_bar_needs_hits_holding_the_questions_information(
+    tool, sample_kb, embedder
+) -> None:
+    """Within NEAR_BAR's band above the bar, best hits that hold only the question's general words
+    (here "approves": 19% of its information, over the 10% floor) make it no evidence; the same
+    margin further above a lower bar passes."""
+    share, band = NEAR_BAR
+    result = tool.lookup(TRAVEL)
+    verdict = result.retrieval_trace.evidence_verdict
+    assert verdict.strictness <= verdict.margin < verdict.strictness + band
+    assert verdict.matched_terms == ["approves"]
+    assert INFORMATIVE_FLOOR <= verdict.informative_coverage < share  # the floor alone would pass it
+    assert (result.found, result.evidence_status, verdict.reason) == (
+        False,
+        "no_evidence",
+        "uninformative_terms",
+    )
+    lower = make_tool(
+        sample_kb,
+        embedder,
+        abstention__own_questions=False,
+        abstention__strictness=verdict.margin - band - 0.1,
+    ).lookup(TRAVEL)
+    assert (lower.found, lower.retrieval_trace.evidence_verdict.reason) == (True, "plausible")
+
+
+def test_uninformative_reads_floats_and_series_alike() -> None:
+    share, band = NEAR_BAR
+    bar = 2.0
+    cases = [  # (margin, informative share, refused)
+        (bar + band / 2, share - 0.05, True),  # near the bar, too little information
+        (bar + band / 2, share + 0.05, False),
+        (bar + band + 0.1, share - 0.05, False),  # beyond the band: only the floor applies
+        (bar + band + 0.1, INFORMATIVE_FLOOR - 0.05, True),  # under twice the bar, under the floor
+        (2 * bar + 0.1, 0.0, False),  # far above the bar: the margin alone decides
+    ]
+    for margin, informative, refused in cases:
+        assert bool(uninformative(margin, informative, bar)) is refused, (margin, informative)
+    margins, shares = pd.Series([c[0] for c in cases]), pd.Series([c[1] for c in cases])
+    assert uninformative(margins, shares, bar).tolist() == [c[2] for c in cases]
+    assert not uninformative(bar + 0.1, float("nan"), bar)  # a share not read refuses nothing
 
 
 def test_own_questions_come_one_per_document_from_the_first_sentence_of_six_words() -> None:
