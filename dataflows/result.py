@@ -203,7 +203,8 @@ def completeness_hint(
     returned = "the returned block" if one else f"the {len(evidence_blocks)} returned blocks"
     if weaker:
         holds = "holds" if one else "hold"
-        return f"complete: {returned} {holds} the strongest evidence; {len(weaker)} more found score lower"
+        below = f"each under {SIMILAR_SHARE:.0%} of the top block's score"
+        return f"complete: {returned} {holds} the strongest evidence; {len(weaker)} more found, {below}"
     return f"complete: {returned} {'is' if one else 'are'} all the evidence found, packed in full"
 
 

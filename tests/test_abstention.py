@@ -415,7 +415,8 @@ def _screened(*rows: tuple[str, float, str | None]) -> Any:
          "complete: the returned block is all the evidence found, packed in full"),
         ("evidence", _screened(("a#chunk-0", 1.0, None), ("b#chunk-0", 0.5, "return_n"),
                                ("c#chunk-1", 0.4, "return_n")), PACK,
-         "complete: the returned block holds the strongest evidence; 2 more found score lower"),
+         "complete: the returned block holds the strongest evidence; 2 more found, each under 80% of "
+         "the top block's score"),
         ("evidence", _screened(("a#chunk-0", 1.0, None), ("b#chunk-0", 0.95, "return_n"),
                                ("a#chunk-2", 0.92, "document_cap"), ("c#chunk-1", 0.3, "return_n")), PACK,
          "partial: 2 more chunks of similar strength in b, a (raise return_n or look them up)"),
