@@ -304,7 +304,10 @@ class RetrievalTrace(ContractModel):
     attempts: list[AttemptTrace]
     fallback_reason: FallbackReason | None
     fallback_decision: FallbackDecisionTrace | None = None
-    reference_threshold: float
+    reference_threshold: float = Field(
+        description="retrieval.reference_threshold as configured: the threshold fallback rule's bar, "
+        "read only when fallback_decision.rule is threshold"
+    )
     min_evidence_score: float
     retrieve_k: int
     return_n: int
