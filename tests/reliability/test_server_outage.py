@@ -167,7 +167,9 @@ def test_a_hung_reopening_costs_a_lookup_wait_s_and_serves_the_next(
 
 def test_a_missing_collection_is_retried_too(tmp_path: Path, small_corpus: Path, embedder) -> None:
     config = make_config(tmp_path, store__backend="qdrant")
-    port = ReconnectingSearchPort(lambda: open_store(config, create=False), retry_after_s=0)
+    port = ReconnectingSearchPort(  # the reopening awaited, whatever the load
+        lambda: open_store(config, create=False), retry_after_s=0, wait_s=30
+    )
     request = SearchRequest("refunds", embedder.embed_query("refund policy"), 3)
     try:
         with pytest.raises(StoreMissingError, match="ingest first"):
