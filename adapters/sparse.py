@@ -46,6 +46,8 @@ _DOTTED = re.compile(r"[^\W_]{2,}(?:[_.][^\W_]{2,})+")  # server.http.port, Para
 _CAMEL = re.compile(r"[a-z][A-Z]")  # a lower-to-upper step inside: baseURL, disableKinds
 _PARTED = re.compile(r"^--|[-_./:#]")  # identifiers the word tokenizer splits into parts
 _IDENTIFIER_SEPARATORS = re.compile(r"[-_./:#]+")
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+_FENCED_BLOCK = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?^[ \t]*\1", re.MULTILINE | re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +99,17 @@ class Bm25Encoder:
         terms = dict.fromkeys(_TERM.findall(cjk_spaced(query).lower()))
         ids = {term: self._model.embed_query(term).indices for term in terms}
         whole = {i.lower(): self._model.embed_query(_whole_token(i)).indices for i in _parted(query)}
-        found = {term: indices[0] for term, indices in {**ids, **whole}.items() if len(indices) == 1}
+        code = {word: self._model.embed_query(_whole_token(word)).indices for word in self.code_words(query)}
+        found = {term: indices[0] for term, indices in {**ids, **whole, **code}.items() if len(indices) == 1}
         return tuple(sorted(found.items(), key=lambda item: len(item[0]), reverse=True))
+
+    def code_words(self, query: str) -> list[str]:
+        """The stop words the query marks as code (`` `in` ``, `` `with` ``: a template function,
+        a keyword), lowercased. The index holds no stop words, so each is a query term by a token
+        no chunk holds (:meth:`query_terms`: its information counts as unheld), and a hit holds it
+        only in its code (:func:`holds_in_code`)."""
+        marked = (word for span in _CODE_SPAN.findall(query) for word in _TERM.findall(span.lower()))
+        return [word for word in dict.fromkeys(marked) if not self._model.embed_query(word).indices]
 
     @staticmethod
     def query_codes(query: str) -> list[str]:
@@ -143,6 +154,13 @@ def held_as_written(text: str, term: str) -> bool:
             return True
         start = text.find(term, start + 1)
     return False
+
+
+def holds_in_code(markdown: str, word: str) -> bool:
+    """Whether ``word`` (lowercase) occurs as a whole word in the code of ``markdown``: its
+    fenced blocks and inline code spans."""
+    code = [block.group(0) for block in _FENCED_BLOCK.finditer(markdown)] + _CODE_SPAN.findall(markdown)
+    return any(held_as_written(text.lower(), word) for text in code)
 
 
 def _word_char(char: str) -> bool:

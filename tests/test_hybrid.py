@@ -48,6 +48,7 @@ from lookup_knowledge.adapters.sparse import (
     distinctive,
     held_as_written,
     holds_identifier,
+    holds_in_code,
     identifiers,
     sparse_text,
 )
@@ -185,6 +186,43 @@ def test_a_multi_part_identifier_is_also_one_whole_token() -> None:
     terms = encoder.query_terms("what does SOME_ENV_VAR do")
     assert encoder.matched_terms(terms, whole.indices) == ["some_env_var"]
     assert encoder.matched_terms(terms, sibling.indices) == []
+
+
+def test_a_stop_word_marked_as_code_is_a_query_term_held_only_in_code() -> None:
+    """`in` of "the `in` function" is a stop word the index does not hold: a term by a token no
+    chunk holds, held by a chunk whose code (a fenced block, an inline span) has it."""
+    encoder = bm25_encoder()
+    assert encoder.code_words("How do I use the `in` function?") == ["in"]
+    assert encoder.code_words("How do I use the in function?") == []  # not marked: an ordinary stop word
+    assert encoder.code_words("What does `isset` do?") == []  # indexed as it is
+    terms = encoder.query_terms("How do I use the `in` function?")
+    assert "in" in terms and terms["in"] not in encoder.embed_document("in in in the `in` box").indices
+    page = '# in\n\nReports whether a set holds it.\n\n```go-html-template\n{{ if in .Params.tags "G" }}\n```'
+    assert holds_in_code(page, "in") and holds_in_code("Use `with` here.", "with")
+    assert not holds_in_code("Put the value in a slice.", "in")  # prose, not code
+    assert not holds_in_code("```\nwithin reach\n```", "with")  # a whole word only
+
+
+def test_a_code_marked_stop_word_the_best_hits_lack_in_their_code_is_not_held(code_kb, embedder) -> None:
+    verdict = make_tool(code_kb, embedder).lookup("How do I use the `in` function?").retrieval_trace
+    assert "in" in verdict.evidence_verdict.query_terms
+    assert "in" not in verdict.evidence_verdict.matched_terms
+
+
+def test_a_code_marked_stop_word_in_a_hits_code_is_held(tmp_path: Path, embedder) -> None:
+    docs = {
+        "in.md": ({"id": "in", "title": "in"}, '# in\n\nReports whether a set holds an element.\n\n'
+                  '```go-html-template\n{{ if in .Params.tags "Git" }}Git{{ end }}\n```\n'),
+        "apply.md": ({"id": "apply", "title": "apply"}, "# apply\n\nApplies a function to each element."),
+    }  # fmt: skip
+    kb = ingest_kb(write_corpus(tmp_path / "docs", docs), tmp_path / "store", embedder)
+    try:
+        verdict = (
+            make_tool(kb, embedder).lookup("How do I use the `in` function?").retrieval_trace.evidence_verdict
+        )
+        assert "in" in verdict.query_terms and "in" in verdict.matched_terms
+    finally:
+        kb.store.close()
 
 
 def test_matched_terms_name_the_shared_words_longest_first_all_of_them() -> None:
