@@ -29,8 +29,8 @@ from functools import cache, lru_cache
 
 import qdrant_edge as qe
 
-SPARSE_INDEX = (
-    "bm25:word+cjk-bigrams+whole-identifiers:english-stem:en+zh-stopwords"  # in each document's hash
+SPARSE_INDEX = (  # in each document's hash
+    "bm25:word+cjk-bigrams+whole-identifiers+code-stopwords:english-stem:en+zh-stopwords"
 )
 MAX_MATCHED_TERMS = 8  # terms listed in a ``vector:sparse`` hit reason
 QUERY_TERMS_KEPT = 4096  # queries whose terms are kept (a few hundred bytes each)
@@ -81,12 +81,31 @@ class Bm25Encoder:
             qe.Bm25Config(language="english", tokenizer=qe.TokenizerType.Word, stopwords=english_and_chinese)
         )
         self._cached_terms = lru_cache(maxsize=QUERY_TERMS_KEPT)(self._terms)
+        self.is_stop_word = lru_cache(maxsize=QUERY_TERMS_KEPT)(self._is_stop_word)
 
     def embed_document(self, text: str) -> SparseVector:
-        return _plain(self._model.embed_document(_indexed(text)))
+        return _plain(self._model.embed_document(self._indexed(text)))
 
     def embed_query(self, text: str) -> SparseVector:
-        return _plain(self._model.embed_query(_indexed(text)))
+        return _plain(self._model.embed_query(self._indexed(text)))
+
+    def _is_stop_word(self, word: str) -> bool:
+        """Whether the analyzer drops ``word`` (lowercase): a stop word."""
+        return not self._model.embed_query(word).indices
+
+    def _indexed(self, text: str) -> str:
+        """``text`` as the engine tokenizes it: CJK runs spaced, each occurrence of a multi-part
+        identifier and of a stop word in code (:meth:`code_words`) followed by its whole token."""
+        words = _parted(text) + self._code_stop_words(text)
+        return cjk_spaced(text) + ("\n" + " ".join(map(_whole_token, words)) if words else "")
+
+    def _code_stop_words(self, text: str) -> list[str]:
+        """Each occurrence of a stop word in the code of ``text`` (fenced blocks, inline spans)."""
+        if "`" not in text and "~~~" not in text:
+            return []
+        return [
+            word for code in code_of(text) for word in _TERM.findall(code.lower()) if self.is_stop_word(word)
+        ]
 
     def query_terms(self, query: str) -> dict[str, int]:
         """The query's terms that are one token each -> its token id, longest first (CJK pairs
@@ -105,11 +124,10 @@ class Bm25Encoder:
 
     def code_words(self, query: str) -> list[str]:
         """The stop words the query marks as code (`` `in` ``, `` `with` ``: a template function,
-        a keyword), lowercased. The index holds no stop words, so each is a query term by a token
-        no chunk holds (:meth:`query_terms`: its information counts as unheld), and a hit holds it
-        only in its code (:func:`holds_in_code`)."""
-        marked = (word for span in _CODE_SPAN.findall(query) for word in _TERM.findall(span.lower()))
-        return [word for word in dict.fromkeys(marked) if not self._model.embed_query(word).indices]
+        a keyword), lowercased, each once. The analyzer drops stop words, so a stop word in code
+        is indexed by its whole token (:meth:`embed_document`), in a chunk's code only, and the
+        query names it by that token (:meth:`query_terms`)."""
+        return list(dict.fromkeys(self._code_stop_words(query)))
 
     @staticmethod
     def query_codes(query: str) -> list[str]:
@@ -156,11 +174,9 @@ def held_as_written(text: str, term: str) -> bool:
     return False
 
 
-def holds_in_code(markdown: str, word: str) -> bool:
-    """Whether ``word`` (lowercase) occurs as a whole word in the code of ``markdown``: its
-    fenced blocks and inline code spans."""
-    code = [block.group(0) for block in _FENCED_BLOCK.finditer(markdown)] + _CODE_SPAN.findall(markdown)
-    return any(held_as_written(text.lower(), word) for text in code)
+def code_of(markdown: str) -> list[str]:
+    """The code of ``markdown``: its fenced blocks, then its inline code spans."""
+    return [block.group(0) for block in _FENCED_BLOCK.finditer(markdown)] + _CODE_SPAN.findall(markdown)
 
 
 def _word_char(char: str) -> bool:
@@ -197,13 +213,6 @@ def _whole_token(identifier: str) -> str:
     digits only, so the tokenizer keeps it whole and the stemmer leaves it alone."""
     digest = hashlib.blake2b(identifier.lower().encode(), digest_size=8).digest()
     return f"qid{int.from_bytes(digest, 'big')}"
-
-
-def _indexed(text: str) -> str:
-    """``text`` as the engine tokenizes it: CJK runs spaced, each multi-part identifier
-    occurrence followed by its whole token (term frequency kept)."""
-    words = _parted(text)
-    return cjk_spaced(text) + ("\n" + " ".join(map(_whole_token, words)) if words else "")
 
 
 def _parted(text: str) -> list[str]:
@@ -243,7 +252,10 @@ def bm25_encoder() -> Bm25Encoder:
 
 def sparse_text(title: str | None, breadcrumb: str | None, content: str) -> str:
     """What a chunk's BM25 vector is made of: its title, breadcrumb and text (a breadcrumb that
-    starts with the title stands for both)."""
+    starts with the title stands for both). A title of stop words alone names something (the
+    ``in`` function, the ``with`` statement): it is written as code, so its words are indexed."""
     title, breadcrumb = title or "", breadcrumb or ""
     head = [breadcrumb] if breadcrumb.startswith(title) else [title, breadcrumb]
-    return "\n".join([*(part for part in head if part), content])
+    words = _TERM.findall(title.lower())
+    named = [f"`{title}`"] if words and all(map(bm25_encoder().is_stop_word, words)) else []
+    return "\n".join([*named, *(part for part in head if part), content])

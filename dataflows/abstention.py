@@ -25,7 +25,7 @@ from hamilton.function_modifiers import config
 
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-from lookup_knowledge.adapters.sparse import bm25_encoder, distinctive, holds_in_code
+from lookup_knowledge.adapters.sparse import bm25_encoder, distinctive
 from lookup_knowledge.calibration import (
     NEAR_BAR,
     ProbeCalibration,
@@ -116,12 +116,9 @@ def _used_hits(retrieval_attempts: list[SearchAttempt]) -> list[SearchHit]:
     return [hit for attempt in retrieval_attempts if attempt.used for hit in attempt.usable]
 
 
-def _coverage(query: str, terms: tuple[str, ...], hits: list[SearchHit]) -> tuple[float, tuple[str, ...]]:
-    """The share of the query's terms the best hits hold, and those terms (a word the query marks
-    as code that the index does not hold, a stop word, held where it is in a hit's code)."""
-    best = hits[:COVERAGE_HITS]
-    matched = {term for hit in best for term in hit.matched_terms}
-    matched |= {w for w in bm25_encoder().code_words(query) if any(holds_in_code(h.content, w) for h in best)}
+def _coverage(terms: tuple[str, ...], hits: list[SearchHit]) -> tuple[float, tuple[str, ...]]:
+    """The share of the query's terms the best hits hold, and those terms."""
+    matched = {term for hit in hits[:COVERAGE_HITS] for term in hit.matched_terms}
     held = tuple(term for term in terms if term in matched)
     return len(held) / len(terms), held
 
@@ -238,7 +235,7 @@ def evidence_verdict(
     margin = probe_null.margin(dense_top)
     coverage, matched = (None, ())
     if retrieval_mode != "dense" and query_terms:
-        coverage, matched = _coverage(query, query_terms, hits)
+        coverage, matched = _coverage(query_terms, hits)
     reason = _reason(query, margin, coverage, hits, policy)
     informative = None
     words_decide = script_of(query) == "cjk"  # a CJK query's verdict is its words' share already

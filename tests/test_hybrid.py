@@ -48,7 +48,6 @@ from lookup_knowledge.adapters.sparse import (
     distinctive,
     held_as_written,
     holds_identifier,
-    holds_in_code,
     identifiers,
     sparse_text,
 )
@@ -188,19 +187,31 @@ def test_a_multi_part_identifier_is_also_one_whole_token() -> None:
     assert encoder.matched_terms(terms, sibling.indices) == []
 
 
-def test_a_stop_word_marked_as_code_is_a_query_term_held_only_in_code() -> None:
-    """`in` of "the `in` function" is a stop word the index does not hold: a term by a token no
-    chunk holds, held by a chunk whose code (a fenced block, an inline span) has it."""
+def test_a_stop_word_in_code_is_indexed_by_its_whole_token() -> None:
+    """`in` of "the `in` function" is a stop word the analyzer drops: in code (a fenced block, an
+    inline span, a title of stop words alone) it is indexed by its whole token, which the query
+    that marks it as code asks for; in prose it stays unindexed."""
     encoder = bm25_encoder()
-    assert encoder.code_words("How do I use the `in` function?") == ["in"]
+    query = "How do I use the `in` function?"
+    assert encoder.code_words(query) == ["in"]
     assert encoder.code_words("How do I use the in function?") == []  # not marked: an ordinary stop word
     assert encoder.code_words("What does `isset` do?") == []  # indexed as it is
-    terms = encoder.query_terms("How do I use the `in` function?")
-    assert "in" in terms and terms["in"] not in encoder.embed_document("in in in the `in` box").indices
-    page = '# in\n\nReports whether a set holds it.\n\n```go-html-template\n{{ if in .Params.tags "G" }}\n```'
-    assert holds_in_code(page, "in") and holds_in_code("Use `with` here.", "with")
-    assert not holds_in_code("Put the value in a slice.", "in")  # prose, not code
-    assert not holds_in_code("```\nwithin reach\n```", "with")  # a whole word only
+    token = encoder.query_terms(query)["in"]
+    assert token in encoder.embed_query(query).indices
+
+    def holds(text: str) -> bool:
+        return token in encoder.embed_document(text).indices
+
+    assert holds(
+        '# in\n\nReports whether a set holds it.\n\n```go-html-template\n{{ if in .Params.tags "G" }}\n```'
+    )
+    assert holds("Use `in` to test membership.")
+    assert not holds("Put the value in a slice.")  # prose, not code
+    assert not holds("```\nwithin reach\n```")  # a whole word only
+    assert holds(
+        sparse_text("in", "in > Syntax", "Reports whether a set holds an element.")
+    )  # the title names it
+    assert sparse_text("Refund Policy", "Refund Policy", "Text.") == "Refund Policy\nText."
 
 
 def test_a_code_marked_stop_word_the_best_hits_lack_in_their_code_is_not_held(code_kb, embedder) -> None:
