@@ -24,8 +24,9 @@ from dataclasses import dataclass, replace
 from hamilton.function_modifiers import config
 
 from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.payload import TITLE_FIELD
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-from lookup_knowledge.adapters.sparse import bm25_encoder, distinctive
+from lookup_knowledge.adapters.sparse import bm25_encoder, code_of, distinctive
 from lookup_knowledge.calibration import (
     NEAR_BAR,
     ProbeCalibration,
@@ -43,7 +44,7 @@ CJK_COVERAGE = 0.3  # a CJK query's share of terms its best hits must hold (set 
 # (share of the query's IDF weight the best hits hold, by how much in margin units it lowers the bar)
 INFORMATIVE_RELIEFS = ((0.4, 0.5), (0.9, 1.0))
 MAX_RELIEF = max(relief for _, relief in INFORMATIVE_RELIEFS)
-EVIDENCE_REASONS = ("plausible", "exact_code", "informative_terms")
+EVIDENCE_REASONS = ("plausible", "exact_code", "named_title", "informative_terms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,8 @@ def _reason(
     query: str, margin: float | None, coverage: float | None, hits: list[SearchHit], policy: AbstentionPolicy
 ) -> VerdictReason:
     """A hit that holds one of the query's distinctive codes verbatim (:func:`distinctive`:
-    ``E4471``, not ``GitHub``) answers for itself; otherwise, when
+    ``E4471``, not ``GitHub``) answers for itself, as does one whose title the query puts in
+    code (:func:`_names_a_title`); otherwise, when
     the query has BM25 terms, the best hits must hold at least one of them (an off-topic
     question often shares none), and the best cosine must clear the store's null by
     ``strictness`` (no null, the probes could not run: the evidence floors alone decide).
@@ -137,6 +139,8 @@ def _reason(
     must hold :data:`CJK_COVERAGE` of its characters and pairs."""
     if any(distinctive(code) for hit in hits[:COVERAGE_HITS] for code in hit.exact_codes):
         return "exact_code"
+    if _names_a_title(query, hits[:COVERAGE_HITS]):
+        return "named_title"
     if coverage is not None and coverage == 0.0:
         return "no_shared_terms"
     if coverage is not None and script_of(query) == "cjk":
@@ -144,6 +148,14 @@ def _reason(
     if margin is not None and margin < policy.strictness:
         return "below_probe_null"
     return "plausible"
+
+
+def _names_a_title(query: str, hits: list[SearchHit]) -> bool:
+    """Whether the query puts a hit's title in code (`` `with` `` for the page titled "with"):
+    it names that page, whatever the model makes of a word this short."""
+    named = {span.strip().lower() for span in code_of(query)}
+    titles = (str(hit.payload.get(TITLE_FIELD) or "").strip().lower() for hit in hits)
+    return bool(named) and any(title in named for title in titles)
 
 
 def _informative_coverage(

@@ -19,6 +19,7 @@ RelevanceLevel = Literal["high", "medium", "low", "none"]
 VerdictReason = Literal[
     "no_candidates",
     "exact_code",
+    "named_title",
     "plausible",
     "informative_terms",
     "below_probe_null",
@@ -250,7 +251,9 @@ class EvidenceVerdictTrace(ContractModel):
         description="no_candidates: no hit passed the evidence floors; below_probe_null: margin under "
         "strictness; no_shared_terms: the best hits hold none of the query's terms; exact_code: a hit "
         "holds a distinctive code of the query verbatim (with digits or separators: E4471, SOME_ENV_VAR; "
-        "not a camelCase name such as GitHub); informative_terms: margin under strictness by at most 0.5, "
+        "not a camelCase name such as GitHub); named_title: a best hit's title is what the query puts "
+        "in code (`with`, `isset`: the page of that name); informative_terms: margin under strictness "
+        "by at most 0.5, "
         "and the best hits hold words carrying at least 40% of the query's information (at most 1.0 "
         "with 90%: informative_coverage); uninformative_terms: margin above strictness by less than "
         "1.0 with the best hits holding words that carry under 30% of the query's information, or by "

@@ -220,20 +220,42 @@ def test_a_code_marked_stop_word_the_best_hits_lack_in_their_code_is_not_held(co
     assert "in" not in verdict.evidence_verdict.matched_terms
 
 
-def test_a_code_marked_stop_word_in_a_hits_code_is_held(tmp_path: Path, embedder) -> None:
-    docs = {
-        "in.md": ({"id": "in", "title": "in"}, '# in\n\nReports whether a set holds an element.\n\n'
-                  '```go-html-template\n{{ if in .Params.tags "Git" }}Git{{ end }}\n```\n'),
-        "apply.md": ({"id": "apply", "title": "apply"}, "# apply\n\nApplies a function to each element."),
-    }  # fmt: skip
-    kb = ingest_kb(write_corpus(tmp_path / "docs", docs), tmp_path / "store", embedder)
-    try:
-        verdict = (
-            make_tool(kb, embedder).lookup("How do I use the `in` function?").retrieval_trace.evidence_verdict
-        )
-        assert "in" in verdict.query_terms and "in" in verdict.matched_terms
-    finally:
-        kb.store.close()
+FUNCTION_PAGES = {
+    "in.md": ({"id": "in", "title": "in"}, '# in\n\nReports whether a set holds an element.\n\n'
+              '```go-html-template\n{{ if in .Params.tags "Git" }}Git{{ end }}\n```\n'),
+    "apply.md": ({"id": "apply", "title": "apply"}, "# apply\n\nApplies a function to each element."),
+    "refunds.md": ({"id": "refunds", "title": "Refund Policy"}, "# Refund Policy\n\nRefunds take 30 days."),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def function_pages(tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[SampleKB]:
+    root = tmp_path_factory.mktemp("function-pages")
+    kb = ingest_kb(write_corpus(root / "docs", FUNCTION_PAGES), root / "store", embedder)
+    yield kb
+    kb.store.close()
+
+
+def test_a_code_marked_stop_word_in_a_hits_code_is_held(function_pages, embedder) -> None:
+    result = make_tool(function_pages, embedder).lookup("How do I use the `in` function?")
+    verdict = result.retrieval_trace.evidence_verdict
+    assert "in" in verdict.query_terms and "in" in verdict.matched_terms
+    assert result.evidence_blocks[0].doc_id == "in"
+
+
+def test_a_page_the_query_names_in_code_is_evidence_whatever_its_margin(function_pages, embedder) -> None:
+    """`in` names the page titled "in": evidence (named_title) even where the model scores the short
+    question low; unmarked, or naming no page, the margin decides as usual."""
+    strict = make_tool(function_pages, embedder, abstention__strictness=20.0)  # no margin clears it
+    named = strict.lookup("How do I use the `in` function?")
+    assert (named.found, named.retrieval_trace.evidence_verdict.reason) == (True, "named_title")
+    assert named.evidence_blocks[0].doc_id == "in"
+    assert (
+        strict.lookup("How do I use the in function?").retrieval_trace.evidence_verdict.reason
+        != "named_title"
+    )
+    nameless = strict.lookup("How do I use the `sort` function?")
+    assert (nameless.found, nameless.retrieval_trace.evidence_verdict.reason) == (False, "below_probe_null")
 
 
 def test_matched_terms_name_the_shared_words_longest_first_all_of_them() -> None:
