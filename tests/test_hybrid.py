@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +72,19 @@ CODE_QUERY = "INV-48213"
 STORE_KINDS = ["edge", "client-memory", "client-local"]
 MODES = ["dense", "sparse", "hybrid"]
 DIM = 384
+
+
+def knowledge_base_fixture(name: str, docs: dict) -> Callable[..., Iterator[SampleKB]]:
+    """A module fixture: ``docs`` ingested into a store of their own, held open."""
+
+    @pytest.fixture(scope="module")
+    def knowledge_base(tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[SampleKB]:
+        root = tmp_path_factory.mktemp(name)
+        kb = ingest_kb(write_corpus(root / "docs", docs), root / "store", embedder)
+        yield kb
+        kb.store.close()
+
+    return knowledge_base
 
 
 @pytest.fixture(scope="module")
@@ -228,12 +241,7 @@ FUNCTION_PAGES = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def function_pages(tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[SampleKB]:
-    root = tmp_path_factory.mktemp("function-pages")
-    kb = ingest_kb(write_corpus(root / "docs", FUNCTION_PAGES), root / "store", embedder)
-    yield kb
-    kb.store.close()
+function_pages = knowledge_base_fixture("function-pages", FUNCTION_PAGES)
 
 
 def test_a_code_marked_stop_word_in_a_hits_code_is_held(function_pages, embedder) -> None:
@@ -524,12 +532,7 @@ CODE_KB = {  # the code chunk scores a dense cosine under 0.2 for the bare code:
 }
 
 
-@pytest.fixture(scope="module")
-def code_kb(tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[SampleKB]:
-    root = tmp_path_factory.mktemp("code-kb")
-    kb = ingest_kb(write_corpus(root / "docs", CODE_KB), root / "store", embedder)
-    yield kb
-    kb.store.close()
+code_kb = knowledge_base_fixture("code-kb", CODE_KB)
 
 
 @pytest.mark.parametrize("mode", ["sparse", "hybrid"])
@@ -612,12 +615,7 @@ IDENTIFIER_KB = {  # one document whose SOME_ENV_VAR section has two longer-name
 IDENTIFIER_QUERIES = ["what does SOME_ENV_VAR do", "SOME_ENV_VAR", "limit_x", "what is the limit_x setting"]
 
 
-@pytest.fixture(scope="module")
-def identifier_kb(tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[SampleKB]:
-    root = tmp_path_factory.mktemp("identifier-kb")
-    kb = ingest_kb(write_corpus(root / "docs", IDENTIFIER_KB), root / "store", embedder)
-    yield kb
-    kb.store.close()
+identifier_kb = knowledge_base_fixture("identifier-kb", IDENTIFIER_KB)
 
 
 @pytest.mark.parametrize("query", ["limit_x", "what is the limit_x setting"])
