@@ -12,7 +12,9 @@ which its multilingual tokenizer drops), lowercased, English-stemmed, with Engli
 stopwords removed. An identifier of several parts (``SOME_ENV_VAR``, ``server.http.port``,
 ``--dry-run``, ``INV-48213``: see :func:`identifiers`) also counts as one whole token, so a query
 naming it lifts the chunks that hold it whole above those that hold its parts
-(``SOME_ENV_VAR_PROTOCOL``, whose whole token differs).
+(``SOME_ENV_VAR_PROTOCOL``, whose whole token differs). A stop word in code (a fenced block, an
+inline span, a title of stop words alone: Hugo's ``in`` function, Python's ``with``) is indexed
+by its whole token too, and a query that puts it in code asks for it; in prose it stays dropped.
 
 >>> encoder = Bm25Encoder()
 >>> len(encoder.embed_query("增值税发票").indices)  # 5 characters + 4 pairs
