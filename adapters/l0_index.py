@@ -206,14 +206,9 @@ def _only_stop_words(text: str) -> bool:
     "where" and "after"; as title hints they matched every query using the word. A word the
     analyzer keeps settles it (asked once per word: titles share their words); a title of stop
     words alone is confirmed whole."""
-    if not all(map(_stop_word, _WORD.findall(text))):
+    if not all(map(bm25_encoder().is_stop_word, _WORD.findall(text))):
         return False
     return not bm25_encoder().embed_query(text).indices
-
-
-@lru_cache(maxsize=65536)
-def _stop_word(word: str) -> bool:
-    return not bm25_encoder().embed_query(word).indices
 
 
 def _terms(doc: L0Document) -> Iterable[_Term]:

@@ -36,6 +36,7 @@ SPARSE_INDEX = (  # in each document's hash
 )
 MAX_MATCHED_TERMS = 8  # terms listed in a ``vector:sparse`` hit reason
 QUERY_TERMS_KEPT = 4096  # queries whose terms are kept (a few hundred bytes each)
+WORDS_KEPT = 65536  # words whose stop-word answer is kept (a large store's titles and code)
 _CJK_RUN = re.compile(
     "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]+"
 )
@@ -83,7 +84,7 @@ class Bm25Encoder:
             qe.Bm25Config(language="english", tokenizer=qe.TokenizerType.Word, stopwords=english_and_chinese)
         )
         self._cached_terms = lru_cache(maxsize=QUERY_TERMS_KEPT)(self._terms)
-        self.is_stop_word = lru_cache(maxsize=QUERY_TERMS_KEPT)(self._is_stop_word)
+        self.is_stop_word = lru_cache(maxsize=WORDS_KEPT)(self._is_stop_word)
 
     def embed_document(self, text: str) -> SparseVector:
         return _plain(self._model.embed_document(self._indexed(text)))
