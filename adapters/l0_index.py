@@ -26,7 +26,7 @@ from lookup_knowledge.contract import L0Hints
 
 from .errors import StoreBackendError
 from .search import AccessScope, may_see
-from .sparse import bm25_encoder
+from .sparse import only_stop_words
 from .text import first_line
 
 FORMAT_VERSION = 1
@@ -117,7 +117,7 @@ class L0Index:
                     unspaced.append((norm, term))
                     continue
                 words = _words(norm)
-                if words and not (term.kind == "title" and _only_stop_words(norm)):
+                if words and not (term.kind == "title" and only_stop_words(norm)):
                     spaced.setdefault(" ".join(words), []).append(term)
                     longest = max(longest, len(words))
         return spaced, unspaced, longest
@@ -198,17 +198,6 @@ class L0Index:
             raise L0IndexError(f"{exc}: {_REPAIR}") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise L0IndexError(f"L0 index {path} is unreadable ({first_line(exc)}): {_REPAIR}") from None
-
-
-def _only_stop_words(text: str) -> bool:
-    """Whether the BM25 analyzer drops every word of ``text`` (English stop words such as "in",
-    "with", "where"): SciFact has an abstract titled "in", hugo-docs function pages titled
-    "where" and "after"; as title hints they matched every query using the word. A word the
-    analyzer keeps settles it (asked once per word: titles share their words); a title of stop
-    words alone is confirmed whole."""
-    if not all(map(bm25_encoder().is_stop_word, _WORD.findall(text))):
-        return False
-    return not bm25_encoder().embed_query(text).indices
 
 
 def _terms(doc: L0Document) -> Iterable[_Term]:

@@ -253,12 +253,20 @@ def bm25_encoder() -> Bm25Encoder:
     return Bm25Encoder()
 
 
+def only_stop_words(text: str) -> bool:
+    """Whether the analyzer drops every word of ``text`` (English stop words such as "in",
+    "with", "where"): asked once per word (titles share their words), a text of stop words
+    alone confirmed whole (a CJK pair of stop characters is a token)."""
+    encoder = bm25_encoder()
+    words = _TERM.findall(text.lower())
+    return bool(words) and all(map(encoder.is_stop_word, words)) and not encoder.embed_query(text).indices
+
+
 def sparse_text(title: str | None, breadcrumb: str | None, content: str) -> str:
     """What a chunk's BM25 vector is made of: its title, breadcrumb and text (a breadcrumb that
     starts with the title stands for both). A title of stop words alone names something (the
     ``in`` function, the ``with`` statement): it is written as code, so its words are indexed."""
     title, breadcrumb = title or "", breadcrumb or ""
     head = [breadcrumb] if breadcrumb.startswith(title) else [title, breadcrumb]
-    words = _TERM.findall(title.lower())
-    named = [f"`{title}`"] if words and all(map(bm25_encoder().is_stop_word, words)) else []
+    named = [f"`{title}`"] if only_stop_words(title) else []
     return "\n".join([*named, *(part for part in head if part), content])

@@ -153,9 +153,9 @@ def _reason(
 def _names_a_title(query: str, hits: list[SearchHit]) -> bool:
     """Whether the query puts a hit's title in code (`` `with` `` for the page titled "with"):
     it names that page, whatever the model makes of a word this short."""
-    named = {span.strip().lower() for span in code_of(query)}
+    named = {name for span in code_of(query) if (name := span.strip().lower())}
     titles = (str(hit.payload.get(TITLE_FIELD) or "").strip().lower() for hit in hits)
-    return bool(named) and any(title in named for title in titles)
+    return bool(named) and any(title in named for title in titles if title)
 
 
 def _informative_coverage(

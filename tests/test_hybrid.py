@@ -29,7 +29,12 @@ from qdrant_client import QdrantClient, models
 from lookup_knowledge import KnowledgeTool
 from lookup_knowledge.adapters.errors import StoreOutdatedError
 from lookup_knowledge.adapters.l0_index import normalize
-from lookup_knowledge.adapters.payload import DOC_CHUNKS_FIELD, DOC_HASH_FIELD, EVIDENCE_KEY_FIELD
+from lookup_knowledge.adapters.payload import (
+    DOC_CHUNKS_FIELD,
+    DOC_HASH_FIELD,
+    EVIDENCE_KEY_FIELD,
+    TITLE_FIELD,
+)
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.qdrant_store import SPARSE_VECTOR, ScoredPoints
@@ -52,6 +57,7 @@ from lookup_knowledge.adapters.sparse import (
     sparse_text,
 )
 from lookup_knowledge.contract import LookupResult
+from lookup_knowledge.dataflows.abstention import _names_a_title
 
 # (doc_id, category, text): "INV-48213" is named by one chunk only; MiniLM ranks the invoice
 # chunk first for it, BM25 the settlement chunk that holds the exact code.
@@ -264,6 +270,15 @@ def test_a_page_the_query_names_in_code_is_evidence_whatever_its_margin(function
     )
     nameless = strict.lookup("How do I use the `sort` function?")
     assert (nameless.found, nameless.retrieval_trace.evidence_verdict.reason) == (False, "below_probe_null")
+
+
+def test_an_empty_code_span_names_no_page() -> None:
+    untitled, titled = (
+        SearchHit("p", "text", 0.1, 0.1, {}),
+        SearchHit("q", "text", 0.1, 0.1, {TITLE_FIELD: "in"}),
+    )
+    assert not _names_a_title("What is ` ` here?", [untitled])  # a blank span is no name, no title none
+    assert _names_a_title("What does `in` do?", [untitled, titled])
 
 
 def test_matched_terms_name_the_shared_words_longest_first_all_of_them() -> None:
