@@ -23,7 +23,7 @@ from lookup_knowledge.adapters.payload import (
 )
 from lookup_knowledge.adapters.search import SearchHit, identity_key
 from lookup_knowledge.adapters.source_files import SourceFile
-from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS, held_as_written, sparse_text
+from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS, held_as_written
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import BlockLocation, CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
@@ -101,7 +101,8 @@ def _shown_terms(hit: SearchHit) -> list[str]:
     """The first :data:`MAX_MATCHED_TERMS` matched terms, each marked ``~`` when the block holds
     it only in another form of its stem (BM25's English stemmer: ``parental~`` for "parent")."""
     payload = hit.payload
-    text = sparse_text(payload.get(TITLE_FIELD), payload.get(BREADCRUMB_FIELD), hit.content).lower()
+    # the words BM25 read (sparse_text), without its additions: they repeat the title or are tokens
+    text = "\n".join((payload.get(TITLE_FIELD) or "", payload.get(BREADCRUMB_FIELD) or "", hit.content)).lower()
     return [
         term if held_as_written(text, term) else f"{term}~" for term in hit.matched_terms[:MAX_MATCHED_TERMS]
     ]
