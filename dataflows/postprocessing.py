@@ -102,7 +102,8 @@ def _shown_terms(hit: SearchHit) -> list[str]:
     it only in another form of its stem (BM25's English stemmer: ``parental~`` for "parent")."""
     payload = hit.payload
     # the words BM25 read (sparse_text), without its additions: they repeat the title or are tokens
-    text = "\n".join((payload.get(TITLE_FIELD) or "", payload.get(BREADCRUMB_FIELD) or "", hit.content)).lower()
+    parts = (payload.get(TITLE_FIELD) or "", payload.get(BREADCRUMB_FIELD) or "", hit.content)
+    text = "\n".join(parts).lower()
     return [
         term if held_as_written(text, term) else f"{term}~" for term in hit.matched_terms[:MAX_MATCHED_TERMS]
     ]
