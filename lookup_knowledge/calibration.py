@@ -5,18 +5,25 @@ off-topic question scores 0.45 on one store and 0.25 on another), so a lookup's 
 read against what *this* store gives the probe set (``lookup_knowledge.probes``): the share of
 probes it beats. The probes run once per store and search configuration, lazily at the first
 lookup (one batched embedding, one batched search), and again after the store was reopened (the
-search only: the probes' vectors are kept for the process, they depend on the model alone).
+search only: the probes' vectors are kept for the process, they depend on the model alone). What
+they measured is kept in a file next to the store (:class:`KeptNulls`) for the store version it
+was measured on: a new process on an unchanged store reads it instead of measuring again.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
+import json
+import logging
+import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -26,11 +33,12 @@ from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, S
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.probes import PROBE_QUERIES
 
+logger = logging.getLogger(__name__)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 Script = Literal["cjk", "alphabetic"]
 MIN_SPREAD = 0.01  # a null whose probes all score alike still gives a finite margin
-OWN_SAMPLE = 300  # chunks read to make questions from the store's own text (one per document) ...
-OWN_QUESTIONS = 100  # ... at most this many
+OWN_SAMPLE = 900  # chunks read to make questions from the store's own text (one per document) ...
+OWN_QUESTIONS = 300  # ... at most this many (100 put the bar's 5th percentile anywhere in +-0.4 units)
 MIN_OWN_QUESTIONS = 20  # fewer: the store's own questions say nothing about its bar
 _HEADING = re.compile(r"^#+ .*$", re.MULTILINE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -109,6 +117,63 @@ NEAR_BAR = (0.3, 1.0)  # the share they must hold of one less than a margin unit
 MAX_TERMS = 100_000  # token IDFs kept per store and access scope (then forgotten and read again)
 
 
+class KeptNulls:
+    """Probe nulls kept in a JSON file next to the store, for the store version they were
+    measured on (``version()``: what changes with every write to the store; ``None``, nothing
+    kept). A new process on an unchanged store reads its null instead of measuring it (its own
+    questions cost about 1.3 s per hundred on a 2-core CPU). A file that cannot be read or
+    written is measured around, never an error: it only saves time."""
+
+    def __init__(self, path: Path, version: Callable[[], Hashable | None]) -> None:
+        self.path = path
+        self.version = version
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> dict[Script, ProbeNull] | None:
+        """The nulls kept under ``key`` for the store as it is now, else ``None``."""
+        version = self.version()
+        data = self._read() if version is not None else {}
+        entry = data.get("nulls", {}).get(key) if data.get("version") == _plain(version) else None
+        try:
+            return {
+                script: ProbeNull(tuple(map(float, dense)), tuple(map(float, own)))
+                for script, (dense, own) in entry.items()
+            }
+        except (AttributeError, TypeError, ValueError):  # none kept, or a file not written by this class
+            return None
+
+    def put(self, key: str, nulls: dict[Script, ProbeNull], version: Hashable | None) -> None:
+        """Keep ``nulls`` under ``key``, when the store is still at the ``version`` they were
+        measured on (an ingest meanwhile: they describe neither store)."""
+        if version is None or self.version() != version:
+            return
+        with self._lock:
+            data = self._read()
+            kept = data.get("nulls", {}) if data.get("version") == _plain(version) else {}
+            kept = dict(list(kept.items())[-(MAX_SHAPES - 1) :]) if isinstance(kept, dict) else {}
+            kept[key] = {script: [null.dense_tops, null.own_tops] for script, null in nulls.items()}
+            text = json.dumps({"version": _plain(version), "nulls": kept})
+            temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            try:
+                temporary.write_text(text, encoding="utf-8")
+                temporary.replace(self.path)
+            except OSError as exc:  # a read-only or full store directory: measured again next time
+                logger.debug("probe null not kept in %s: %s", self.path, exc)
+                temporary.unlink(missing_ok=True)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+
+def _plain(version: Hashable | None) -> Any:
+    """A version as JSON gives it back (tuples as lists)."""
+    return json.loads(json.dumps(version))
+
+
 class ProbeCalibration:
     """The store's :class:`ProbeNull`, computed on first use for a search shape and kept (the
     ``max_shapes`` last used: one not used since is measured again when it comes back); and the
@@ -118,9 +183,16 @@ class ProbeCalibration:
     changed: it may hold new data).
     """
 
-    def __init__(self, probes: tuple[str, ...] = PROBE_QUERIES, max_shapes: int = MAX_SHAPES) -> None:
+    def __init__(
+        self,
+        probes: tuple[str, ...] = PROBE_QUERIES,
+        max_shapes: int = MAX_SHAPES,
+        kept: KeptNulls | None = None,
+    ) -> None:
         self.probes = probes
         self.max_shapes = max_shapes
+        self.kept = kept  # nulls kept next to the store, read before measuring
+        self._probes_digest = hashlib.sha256("\n".join(probes).encode()).hexdigest()[:16]
         # Keyed by the id of the port and the embedder, each entry holding the object itself: an
         # id is never reused by another object while its entry lives.
         self._nulls: OrderedDict[tuple, tuple[KnowledgeSearchPort, dict[Script, ProbeNull]]] = OrderedDict()
@@ -148,13 +220,29 @@ class ProbeCalibration:
             # hook calls reset (same thread or another one waiting on the store): holding the
             # lock here deadlocked. Two first lookups may both measure; one result is kept, and
             # a null measured across a reset is used once but not kept.
-            known = self._measure(request, search_port, embedder)
+            known = self._kept_or_measured(request, search_port, embedder)
             with self._lock:
                 if generation == self._generation:
                     known = self._nulls.setdefault(shape, (search_port, known))[1]
                     while len(self._nulls) > self.max_shapes:
                         self._nulls.popitem(last=False)
         return known[script]
+
+    def _kept_or_measured(
+        self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
+    ) -> dict[Script, ProbeNull]:
+        """The nulls kept for this search shape and store version, else measured (and kept)."""
+        if self.kept is None:
+            return self._measure(request, search_port, embedder)
+        key = json.dumps([
+            embedder.model_name, request.mode, request.fusion, request.prefetch_k, request.top_k,
+            request.access, self._probes_digest, OWN_QUESTIONS,
+        ])  # fmt: skip
+        version = self.kept.version()
+        if (known := self.kept.get(key)) is None:
+            known = self._measure(request, search_port, embedder)
+            self.kept.put(key, known, version)
+        return known
 
     def _measure(
         self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder

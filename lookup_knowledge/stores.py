@@ -113,6 +113,11 @@ def l0_index_path(config: Config) -> Path:
     return config.store.path / f"{config.store.collection}.l0.json"
 
 
+def calibration_path(config: Config) -> Path:
+    """The probe nulls measured on the store, kept next to it (``KeptNulls``)."""
+    return config.store.path / f"{config.store.collection}.calibration.json"
+
+
 def converted_dir(config: Config) -> Path:
     """The folder of documents' converted texts (one per file version), next to the store."""
     return config.store.path / f"{config.store.collection}.documents"

@@ -17,7 +17,7 @@ from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
-from lookup_knowledge.calibration import own_question
+from lookup_knowledge.calibration import ProbeCalibration, own_question
 from lookup_knowledge.config import Config
 from lookup_knowledge.probes import PROBE_QUERIES
 from lookup_knowledge.stores import l0_index_path, open_store
@@ -58,8 +58,13 @@ def ingest_kb(source: Path, store_path: Path, embedder: Embedder) -> SampleKB:
 
 
 def ingest_sample_kb(store_path: Path, embedder: Embedder) -> SampleKB:
-    """Ingest the sample knowledge base into ``store_path`` and hold its store open."""
-    return ingest_kb(sample_knowledge_base(), store_path, embedder)
+    """Ingest the sample knowledge base into ``store_path`` and hold its store open, its probe
+    null measured and kept beside it (as the CLI's ingest does), so every tool reads the same
+    null whichever test ran first (a faulty port's probes never decide it: pass a
+    ``store_calibration`` to measure through the port)."""
+    kb = ingest_kb(sample_knowledge_base(), store_path, embedder)
+    make_tool(kb, embedder).calibrate()
+    return kb
 
 
 def make_tool(
@@ -68,14 +73,17 @@ def make_tool(
     *,
     search_port: KnowledgeSearchPort | None = None,
     l0_index: L0Index | None = None,
+    store_calibration: ProbeCalibration | None = None,
     **overrides: Any,
 ) -> KnowledgeTool:
-    """A tool over the shared sample store (or ``search_port``) with config overrides."""
+    """A tool over the shared sample store (or ``search_port``) with config overrides (its probe
+    null kept beside the store unless ``store_calibration`` says otherwise)."""
     return KnowledgeTool(
         config_for(kb.store_path, **overrides),
         search_port=search_port if search_port is not None else kb.store,
         embedder=embedder,
         l0_index=l0_index if l0_index is not None else kb.l0_index,
+        store_calibration=store_calibration,
     )
 
 

@@ -23,6 +23,7 @@ from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.calibration import (
     INFORMATIVE_FLOOR,
     NEAR_BAR,
+    KeptNulls,
     ProbeCalibration,
     ProbeNull,
     own_question,
@@ -34,6 +35,7 @@ from lookup_knowledge.dataflows.abstention import INFORMATIVE_RELIEFS, MAX_RELIE
 from lookup_knowledge.dataflows.postprocessing import SCREENED_COLUMNS
 from lookup_knowledge.dataflows.result import completeness_hint, relevance_level
 from lookup_knowledge.frames import object_frame
+from lookup_knowledge.stores import calibration_path, l0_index_path
 
 INFORMATIVE_SHARE, INFORMATIVE_RELIEF = INFORMATIVE_RELIEFS[0]  # the first relief: 40%, half a unit
 
@@ -348,6 +350,45 @@ def test_the_nulls_kept_are_the_most_recently_used_shapes(sample_kb: SampleKB, e
     null("team-b")
     assert len(spy.round_trips) == 4  # measured again
     assert len(calibration._nulls) == 2
+
+
+def test_a_null_is_kept_next_to_the_store_for_the_version_it_was_measured_on(
+    sample_kb: SampleKB, embedder, tmp_path: Path
+) -> None:
+    """A new process on an unchanged store reads the null instead of measuring it; a store
+    written since (a new version), or a file it cannot read, is measured again, never an error."""
+    spy = FaultySearchPort(sample_kb.store)
+    version = ["v1"]
+    kept = KeptNulls(tmp_path / "knowledge.calibration.json", lambda: version[0])
+    request = SearchRequest(ANSWERABLE, embedder.embed_query(ANSWERABLE), 5)
+
+    def null() -> ProbeNull:  # a new calibration each time: what a new process has
+        return ProbeCalibration(probes=("lasagna recipe", "airline legroom"), kept=kept).null_for(
+            request, spy, embedder
+        )
+
+    first = null()
+    measuring = len(spy.round_trips)  # the probes' search (and the own questions')
+    assert measuring >= 1 and first.dense_tops
+    assert null() == first and len(spy.round_trips) == measuring  # read back: not measured
+    version[0] = "v2"  # an ingest since
+    assert null() == first and len(spy.round_trips) == 2 * measuring  # measured (the same data here)
+    kept.path.write_text("{not json", encoding="utf-8")
+    assert null() == first and len(spy.round_trips) == 3 * measuring
+    assert json.loads(kept.path.read_text(encoding="utf-8"))["version"] == "v2"  # written anew
+    version[0] = None  # a store without an L0 index file: nothing to key a null by
+    assert null() == first and null() == first and len(spy.round_trips) == 5 * measuring
+
+
+def test_a_tool_keeps_its_null_beside_the_store_keyed_by_the_l0_index_file(sample_kb, embedder) -> None:
+    """Every ingest rewrites the L0 index file: its stamp is the store's version."""
+    config_tool = make_tool(sample_kb, embedder)
+    config_tool.lookup(ANSWERABLE)
+    path = calibration_path(config_tool.config)
+    kept = json.loads(path.read_text(encoding="utf-8"))
+    stat = l0_index_path(config_tool.config).stat()
+    assert kept["version"] == [stat.st_ino, stat.st_size, stat.st_mtime_ns]
+    assert any(json.loads(key)[:2] == [embedder.model_name, "hybrid"] for key in kept["nulls"])
 
 
 def test_a_measured_null_keeps_its_port_and_model_so_their_ids_are_not_reused(sample_kb: SampleKB) -> None:

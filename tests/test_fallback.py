@@ -25,6 +25,7 @@ from lookup_knowledge import ingest, sample_knowledge_base
 from lookup_knowledge.adapters.l0_index import L0Document, L0Hints, L0Index
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.search import SearchHit
+from lookup_knowledge.calibration import ProbeCalibration
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.dataflows.query_understanding import category_filter
 from lookup_knowledge.dataflows.retrieval import FallbackPolicy, SearchAttempt, fallback_decision
@@ -113,6 +114,7 @@ def run(sample_kb: SampleKB, embedder):
                 sample_kb,
                 embedder,
                 search_port=port,
+                store_calibration=ProbeCalibration(),  # measured through the port, faults included
                 l0_index=ghost_index(sample_kb) if scenario.ghost_l0 else None,
                 **scenario.overrides,
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
 from lookup_knowledge.ingestion import IngestReport, ingest, vector_source
-from lookup_knowledge.stores import l0_index_path, open_store
+from lookup_knowledge.stores import calibration_path, l0_index_path, open_store
 
 SAMPLE_DOMAINS = {"customer-support", "data-platform", "infrastructure", "payments", "security"}
 
@@ -359,6 +360,10 @@ def test_cli_ingest_prints_summary_with_skipped_reason(
     assert "skipped broken.md: broken YAML frontmatter" in result.output
     assert (store_path / "knowledge").is_dir()
     assert l0_index_path(make_config(store_path)).is_file()
+    # the new store version's probe null, measured and kept: the first lookup reads it
+    kept = json.loads(calibration_path(make_config(store_path)).read_text(encoding="utf-8"))
+    stat = l0_index_path(make_config(store_path)).stat()
+    assert kept["version"] == [stat.st_ino, stat.st_size, stat.st_mtime_ns] and kept["nulls"]
 
 
 def test_cli_ingest_into_a_log_prints_progress_lines(

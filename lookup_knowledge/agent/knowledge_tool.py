@@ -30,7 +30,7 @@ from lookup_knowledge.agent.request import (
     valid_principals,
 )
 from lookup_knowledge.blas import one_blas_thread
-from lookup_knowledge.calibration import ProbeCalibration
+from lookup_knowledge.calibration import KeptNulls, ProbeCalibration
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.extras import require
@@ -41,7 +41,7 @@ from lookup_knowledge.pipeline import (
     lookup_driver,
     settings_inputs,
 )
-from lookup_knowledge.stores import build_embedder, l0_index_path, open_search_port
+from lookup_knowledge.stores import build_embedder, calibration_path, l0_index_path, open_search_port
 
 logger = logging.getLogger(__name__)
 SESSION_MEMORY_BYTES = 32 * 2**20  # session memory's bound in bytes, beside recorder.session_memory
@@ -80,8 +80,11 @@ class KnowledgeTool:
                 config, on_reopen=self._store_reopened, require_store=_store_required(config, require_store)
             )
         self.search_port = search_port
-        # the store's probe null, measured at first lookup (shared by the tool's variants)
-        self.store_calibration = store_calibration or ProbeCalibration()
+        # the store's probe null, measured at first lookup (shared by the tool's variants) and
+        # kept next to the store for its version (the L0 index file: every ingest rewrites it)
+        self.store_calibration = store_calibration or ProbeCalibration(
+            kept=KeptNulls(calibration_path(config), lambda: _file_stamp(l0_index_path(config)))
+        )
         self.driver, self.executed_nodes = lookup_driver(config, *_tracing(config), *adapters)
         self._static_inputs = {
             "search_port": self.search_port,
@@ -158,6 +161,14 @@ class KnowledgeTool:
         result = self.execute_dataflow(inputs)
         self._remember(_session_slot(request.session_id, scope), result.retrieved_domains_this_session)
         return result
+
+    def calibrate(self) -> None:
+        """Measure the store's probe null for this tool's searches (the configured caller) now,
+        kept beside the store for its version, so that no lookup waits for it (``ingest`` does this)."""
+        scope = self.access_scope(None)
+        inputs = self.dataflow_inputs("calibration", access_scope=None if scope is False else scope)
+        with one_blas_thread():
+            self.driver.execute(["probe_null"], inputs=inputs)
 
     def access_scope(self, principals: Sequence[str] | None | bool) -> AccessScope | None | bool:
         """The access filter of a caller's lookups: its principals and ``public``; with none

@@ -24,6 +24,7 @@ from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.errors import StoreError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.agent.invocation_row import invocation_row
+from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, new_session_id
 from lookup_knowledge.agent.request import failure_result, query_problem, session_key
 from lookup_knowledge.cli.display import print_result
@@ -126,6 +127,20 @@ def ingest_command(
     except EmbedderError as exc:  # what was written stays; the next run completes it
         fail(f"{exc}; documents written before the failure are kept, run ingest again", code=1)
     _print_ingest_report(report)
+    _calibrate(settings)
+
+
+def _calibrate(settings: Config) -> None:
+    """The new store version's probe null, measured now and kept beside the store: the first
+    lookup reads it instead of measuring (seconds on a large store). A failure only warns."""
+    if not settings.l1.enabled:
+        return
+    note("measuring how the store answers questions it cannot answer (kept beside it) ...")
+    try:
+        with KnowledgeTool.from_config(settings) as tool:
+            tool.calibrate()
+    except Exception as exc:  # noqa: BLE001 - the ingest is done; the first lookup measures instead
+        note(f"not measured ({escape(str(exc))}); the first lookup measures it")
 
 
 @contextmanager
