@@ -33,8 +33,10 @@ from rich.table import Table
 from trust_stores import JudgedSet, judged_sets
 
 from lookup_knowledge import KnowledgeTool, load_config
+from lookup_knowledge.adapters.sparse import held_as_written
 from lookup_knowledge.calibration import informative_share, script_of, uninformative
-from lookup_knowledge.dataflows.abstention import INFORMATIVE_RELIEFS
+from lookup_knowledge.contract import EvidenceBlock
+from lookup_knowledge.dataflows.abstention import COVERAGE_HITS, INFORMATIVE_RELIEFS
 from lookup_knowledge.eval.data import Qrels, load_qrels, relevance
 
 console = Console()
@@ -54,9 +56,20 @@ def _hint_kind(hint: str) -> str:
     return hint.split(":", 1)[0]
 
 
-def lookup_record(tool: KnowledgeTool, text: str, relevant: set[str] | None) -> dict[str, Any]:
+def written_terms(terms: tuple[str, ...], blocks: list[EvidenceBlock]) -> tuple[str, ...]:
+    """Of the matched ``terms``, those the best blocks hold as written, not only in another
+    form of their stem (``parent`` for "parental")."""
+    best = blocks[:COVERAGE_HITS]
+    texts = ["\n".join((b.title or "", b.breadcrumb or "", b.content)).lower() for b in best]
+    return tuple(term for term in terms if any(held_as_written(text, term) for text in texts))
+
+
+def lookup_record(
+    tool: KnowledgeTool, text: str, relevant: set[str] | None, unabstained: KnowledgeTool | None = None
+) -> dict[str, Any]:
     """What one lookup said, and (answerable questions) whether it was right; with its
-    informative coverage whatever its margin, to replay other strictness values."""
+    informative coverage whatever its margin, to replay other strictness values (and, given
+    the same tool without abstention, the share its best blocks hold as written)."""
     result = tool.lookup(text)
     verdict = result.retrieval_trace.evidence_verdict if result.retrieval_trace else None
     documents = [block.doc_id for block in result.evidence_blocks]
@@ -79,6 +92,10 @@ def lookup_record(tool: KnowledgeTool, text: str, relevant: set[str] | None) -> 
         # read for every lookup (the product reads it only in the band below the bar)
         "informative": informative_share(text, verdict.matched_terms, tool.search_port) if verdict else None,
     }
+    if verdict and unabstained is not None:
+        blocks = sorted(unabstained.lookup(text).evidence_blocks, key=lambda b: -b.score)
+        written = written_terms(verdict.matched_terms, blocks)
+        record["informative_written"] = informative_share(text, written, tool.search_port)
     if relevant is not None:
         record["top_relevant"] = bool(documents) and documents[0] in relevant
         record["relevant_missing"] = bool(relevant - set(documents))
@@ -119,12 +136,13 @@ def measure_set(judged: JudgedSet, cache: Path, queries: pd.DataFrame, qrels: Qr
     """Every lookup of one knowledge base, and its nDCG@10 with and without abstention."""
     tool, base = knowledge_base(judged, cache)
     with tool:
+        unabstained = tool.variant(load_config(overrides={**base, "abstention.enabled": False}))
         records = []
         for qid, text in zip(queries["query_id"], queries["query"], strict=True):
             relevant = {doc for doc, grade in qrels.get(qid, {}).items() if grade > 0}
-            records.append({"group": "answerable", **lookup_record(tool, text, relevant)})
+            records.append({"group": "answerable", **lookup_record(tool, text, relevant, unabstained)})
         for group, texts in offtopic.items():
-            records += [{"group": group, **lookup_record(tool, text, None)} for text in texts]
+            records += [{"group": group, **lookup_record(tool, text, None, unabstained)} for text in texts]
         after = run(tool, base, DEPTH, queries, qrels)
         before = run(tool, base, {**DEPTH, "abstention.enabled": False}, queries, qrels)
     return {"records": records, "ndcg@10": after["ndcg@10"], "ndcg@10 without abstention": before["ndcg@10"]}
