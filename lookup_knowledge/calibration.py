@@ -40,6 +40,7 @@ MIN_SPREAD = 0.01  # a null whose probes all score alike still gives a finite ma
 OWN_SAMPLE = 900  # chunks read to make questions from the store's own text (one per document) ...
 OWN_QUESTIONS = 300  # ... at most this many (100 put the bar's 5th percentile anywhere in +-0.4 units)
 MIN_OWN_QUESTIONS = 20  # fewer: the store's own questions say nothing about its bar
+OWN_VECTORS = 8 * OWN_QUESTIONS  # own questions' vectors kept per process (384 floats each: 3.7 MB)
 _HEADING = re.compile(r"^#+ .*$", re.MULTILINE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -197,6 +198,8 @@ class ProbeCalibration:
         # id is never reused by another object while its entry lives.
         self._nulls: OrderedDict[tuple, tuple[KnowledgeSearchPort, dict[Script, ProbeNull]]] = OrderedDict()
         self._vectors: dict[int, tuple[Embedder, np.ndarray]] = {}  # per model, not per store
+        # own questions' vectors by (model id, text): another scope's or version's sample shares many
+        self._own_vectors: OrderedDict[tuple[int, str], tuple[Embedder, np.ndarray]] = OrderedDict()
         self._idf: OrderedDict[tuple, tuple[KnowledgeSearchPort, dict[int, float]]] = OrderedDict()
         self._generation = 0  # resets so far: a null measured across one is not kept
         self._lock = threading.Lock()
@@ -255,11 +258,28 @@ class ProbeCalibration:
         tops: dict[Script, list[float]] = {"cjk": [], "alphabetic": []}
         for probe, hits in zip(self.probes, answers, strict=True):
             tops[script_of(probe)].append(_top_cosine(hits))
-        own = _own_tops(request, search_port, embedder)
+        own = _own_tops(request, search_port, lambda texts: self._own_question_vectors(embedder, texts))
         return {
             script: ProbeNull(tuple(sorted(scores)), own if script == "alphabetic" else ())
             for script, scores in tops.items()
         }
+
+    def _own_question_vectors(self, embedder: Embedder, texts: list[str]) -> np.ndarray:
+        """The vectors of own questions, embedding only those not embedded for this model before
+        (the :data:`OWN_VECTORS` last used are kept: a new access scope's or store version's
+        sample holds many of the questions an earlier one asked)."""
+        with self._lock:
+            known = {t: entry[1] for t in texts if (entry := self._own_vectors.get((id(embedder), t)))}
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
+        if missing:
+            known.update(zip(missing, embedder.embed_queries(missing), strict=True))
+        with self._lock:
+            for text in texts:
+                self._own_vectors[(id(embedder), text)] = (embedder, known[text])
+                self._own_vectors.move_to_end((id(embedder), text))
+            while len(self._own_vectors) > OWN_VECTORS:
+                self._own_vectors.popitem(last=False)
+        return np.stack([known[text] for text in texts])
 
     def term_idf(
         self, search_port: KnowledgeSearchPort, token_ids: Sequence[int], access: AccessScope | None = None
@@ -311,12 +331,13 @@ def _shaped_like(request: SearchRequest, texts: Sequence[str], vectors: np.ndarr
 
 
 def _own_tops(
-    request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
+    request: SearchRequest, search_port: KnowledgeSearchPort, embed: Callable[[list[str]], np.ndarray]
 ) -> tuple[float, ...]:
     """For a question made from each of up to :data:`OWN_QUESTIONS` documents the caller may see
     (their first chunks in the store's id order, alphabetic text), the best cosine among the other
-    documents' chunks, searched as the lookup searches: one scroll, one batched embedding, one
-    batched search. Empty when the store holds too few documents to tell."""
+    documents' chunks, searched as the lookup searches: one scroll, one batched embedding (of the
+    questions ``embed`` has not embedded before), one batched search. Empty when the store holds
+    too few documents to tell."""
     questions: dict[str, str] = {}
     for doc_id, content in search_port.sample_chunks(OWN_SAMPLE, request.access):
         if (
@@ -329,7 +350,7 @@ def _own_tops(
     if len(questions) < MIN_OWN_QUESTIONS:
         return ()
     texts = list(questions.values())
-    answers = search_port.search_batch(_shaped_like(request, texts, embedder.embed_queries(texts)))
+    answers = search_port.search_batch(_shaped_like(request, texts, embed(texts)))
     return tuple(
         _top_cosine([hit for hit in hits if hit.doc_id != doc_id])
         for doc_id, hits in zip(questions, answers, strict=True)

@@ -380,6 +380,31 @@ def test_a_null_is_kept_next_to_the_store_for_the_version_it_was_measured_on(
     assert null() == first and null() == first and len(spy.round_trips) == 5 * measuring
 
 
+class _CountingEmbedder:
+    """The real model, counting the texts each batch embeds (a spy: no fault)."""
+
+    def __init__(self, model) -> None:  # noqa: ANN001 - any Embedder
+        self.model, self.model_name, self.embedded = model, model.model_name, []
+
+    def embed_queries(self, texts):  # noqa: ANN001, ANN201 - the Embedder protocol
+        self.embedded.append(list(texts))
+        return self.model.embed_queries(texts)
+
+
+def test_a_new_access_scope_embeds_only_own_questions_not_embedded_before(sample_kb, embedder) -> None:
+    """Each scope measures its own null (its probes and own questions search what it may see),
+    but a question another scope's sample asked is not embedded again."""
+    spy = _CountingEmbedder(embedder)
+    calibration = ProbeCalibration(probes=("lasagna recipe", "airline legroom"))
+    vector = embedder.embed_query(ANSWERABLE)
+    for principals in (None, ["team-a"]):  # the sample KB is public: both see every document
+        request = SearchRequest(ANSWERABLE, vector, 5, access=access_scope(principals))
+        null = calibration.null_for(request, sample_kb.store, spy)
+        assert len(null.own_tops) >= 20
+    probes, own = spy.embedded  # the probes once per model, the own questions once per text
+    assert probes == ["lasagna recipe", "airline legroom"] and len(own) == len(null.own_tops)
+
+
 def test_a_tool_keeps_its_null_beside_the_store_keyed_by_the_l0_index_file(sample_kb, embedder) -> None:
     """Every ingest rewrites the L0 index file: its stamp is the store's version."""
     config_tool = make_tool(sample_kb, embedder)
