@@ -366,6 +366,23 @@ def test_cli_ingest_prints_summary_with_skipped_reason(
     assert kept["version"] == [stat.st_ino, stat.st_size, stat.st_mtime_ns] and kept["nulls"]
 
 
+def test_cli_ingest_leaves_the_probe_null_to_a_process_that_holds_the_store_again(
+    small_corpus: Path, tmp_path: Path, embedder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that reopened the store after the ingest is not asked to hand it over again."""
+    from lookup_knowledge.cli.app import _calibrate
+
+    config = make_config(tmp_path / "store")
+    ingest(small_corpus, config, embedder=embedder)
+    held = open_store(config, embedder.dimension)
+    try:
+        _calibrate(config)
+    finally:
+        held.close()
+    assert "another process holds the store again" in capsys.readouterr().err
+    assert not calibration_path(config).exists()
+
+
 def test_cli_ingest_into_a_log_prints_progress_lines(
     runner: CliRunner, small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

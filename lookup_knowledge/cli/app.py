@@ -21,7 +21,7 @@ from rich.table import Table
 from lookup_knowledge.adapters.corpus import CorpusError
 from lookup_knowledge.adapters.dask_cluster import ClusterUnavailableError
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
-from lookup_knowledge.adapters.errors import StoreError
+from lookup_knowledge.adapters.errors import StoreError, StoreLockedError
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.agent.invocation_row import invocation_row
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
@@ -132,13 +132,18 @@ def ingest_command(
 
 def _calibrate(settings: Config) -> None:
     """The new store version's probe null, measured now and kept beside the store: the first
-    lookup reads it instead of measuring (seconds on a large store). A failure only warns."""
+    lookup reads it instead of measuring (seconds on a large store). A store another process
+    holds again (a server reopened it) is left to it: it is never asked to hand over a second
+    time, and measures the null itself. A failure only warns."""
     if not settings.l1.enabled:
         return
     note("measuring how the store answers questions it cannot answer (kept beside it) ...")
+    unasked = settings.model_copy(update={"store": settings.store.model_copy(update={"lock_wait_s": 0.0})})
     try:
-        with KnowledgeTool.from_config(settings) as tool:
+        with KnowledgeTool.from_config(unasked) as tool:
             tool.calibrate()
+    except StoreLockedError:
+        note("not measured: another process holds the store again; its first lookup measures it")
     except Exception as exc:  # noqa: BLE001 - the ingest is done; the first lookup measures instead
         note(f"not measured ({escape(str(exc))}); the first lookup measures it")
 
