@@ -130,9 +130,8 @@ class KeptNulls:
         self.version = version
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> dict[Script, ProbeNull] | None:
-        """The nulls kept under ``key`` for the store as it is now, else ``None``."""
-        version = self.version()
+    def get(self, key: str, version: Hashable | None) -> dict[Script, ProbeNull] | None:
+        """The nulls kept under ``key`` for the store at ``version`` (:meth:`version`), else ``None``."""
         data = self._read() if version is not None else {}
         entry = data.get("nulls", {}).get(key) if data.get("version") == _plain(version) else None
         try:
@@ -242,7 +241,7 @@ class ProbeCalibration:
             request.access, self._probes_digest, OWN_QUESTIONS,
         ])  # fmt: skip
         version = self.kept.version()
-        if (known := self.kept.get(key)) is None:
+        if (known := self.kept.get(key, version)) is None:
             known = self._measure(request, search_port, embedder)
             self.kept.put(key, known, version)
         return known

@@ -376,7 +376,7 @@ def test_cli_ingest_leaves_the_probe_null_to_a_process_that_holds_the_store_agai
     ingest(small_corpus, config, embedder=embedder)
     held = open_store(config, embedder.dimension)
     try:
-        _calibrate(config)
+        _calibrate(config, embedder)
     finally:
         held.close()
     assert "another process holds the store again" in capsys.readouterr().err

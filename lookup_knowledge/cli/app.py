@@ -37,7 +37,7 @@ from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.extras import MissingExtraError, require
 from lookup_knowledge.ingestion import IngestReport, ingest
-from lookup_knowledge.stores import build_cluster_embedder, l0_index_path
+from lookup_knowledge.stores import build_cluster_embedder, build_embedder, l0_index_path
 
 app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
 
@@ -127,20 +127,21 @@ def ingest_command(
     except EmbedderError as exc:  # what was written stays; the next run completes it
         fail(f"{exc}; documents written before the failure are kept, run ingest again", code=1)
     _print_ingest_report(report)
-    _calibrate(settings)
+    _calibrate(settings, None if dask else embedder)
 
 
-def _calibrate(settings: Config) -> None:
+def _calibrate(settings: Config, embedder: Embedder | None) -> None:
     """The new store version's probe null, measured now and kept beside the store: the first
     lookup reads it instead of measuring (seconds on a large store). A store another process
     holds again (a server reopened it) is left to it: it is never asked to hand over a second
-    time, and measures the null itself. A failure only warns."""
+    time, and measures the null itself. ``embedder``: the ingest's, its model loaded already
+    (``None``: a local one is built). A failure only warns."""
     if not settings.l1.enabled:
         return
     note("measuring how the store answers questions it cannot answer (kept beside it) ...")
     unasked = settings.model_copy(update={"store": settings.store.model_copy(update={"lock_wait_s": 0.0})})
     try:
-        with KnowledgeTool.from_config(unasked) as tool:
+        with KnowledgeTool(unasked, embedder=embedder, require_store=True) as tool:
             tool.calibrate()
     except StoreLockedError:
         note("not measured: another process holds the store again; its first lookup measures it")
@@ -149,10 +150,11 @@ def _calibrate(settings: Config) -> None:
 
 
 @contextmanager
-def _ingest_embedder(settings: Config, dask: str | None) -> Iterator[Embedder | None]:
-    """The embedder of ``ingest``: the cluster's behind ``--dask``, else None (this process's)."""
+def _ingest_embedder(settings: Config, dask: str | None) -> Iterator[Embedder]:
+    """The embedder of ``ingest``: the cluster's behind ``--dask``, else this process's (its model
+    loads at the first text it embeds; the probe null measured after the ingest reuses it)."""
     if dask is None:
-        yield None
+        yield build_embedder(settings)
         return
     try:
         require("dask", "ingest --dask")
