@@ -65,6 +65,9 @@ class ReconnectingSearchPort(KnowledgeSearchPort):
     def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
         return self._on_store(lambda store: store.term_idf(token_ids, access))
 
+    def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
+        return self._on_store(lambda store: store.sample_chunks(n, access))
+
     def _on_store(self, call: Callable[[KnowledgeStore], T]) -> T:
         """``call`` on the open store; a store that turns out unavailable is dropped."""
         store = self._acquire(self._wait_s)

@@ -1,5 +1,5 @@
 """The dependency direction of docs/architecture.md: the DAG's nodes and the adapters never
-import the layers built on them (``eval``, ``agent``, ``cli``)."""
+import the layers built on them (``eval``, ``agent``, ``cli``); the port's wrappers forward all of it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import ast
 from pathlib import Path
 
 import pytest
+
+from lookup_knowledge.adapters.search import KnowledgeSearchPort
+from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
+from lookup_knowledge.adapters.shared_store import SharedSearchPort
 
 ROOT = Path(__file__).resolve().parents[1]
 UPPER_LAYERS = ("lookup_knowledge.eval", "lookup_knowledge.agent", "lookup_knowledge.cli")
@@ -33,3 +37,16 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "node.py"
     module.write_text("def f():\n    from lookup_knowledge.eval.batch import lookup_many\n", encoding="utf-8")
     assert "lookup_knowledge.eval.batch" in imported_modules(module)
+
+
+PORT_METHODS = sorted(
+    name for name, member in vars(KnowledgeSearchPort).items() if callable(member) and not name.startswith("_")
+)
+
+
+@pytest.mark.parametrize("wrapper", [SharedSearchPort, ReconnectingSearchPort], ids=lambda cls: cls.__name__)
+def test_every_port_wrapper_forwards_every_port_method(wrapper: type) -> None:
+    """A wrapper that inherits one of the port's defaults answers "cannot tell" for the store it
+    wraps: a server-backed store's lookups then had no own-questions bar (``sample_chunks``)."""
+    inherited = [name for name in PORT_METHODS if getattr(wrapper, name) is getattr(KnowledgeSearchPort, name)]
+    assert inherited == [], f"{wrapper.__name__} does not forward {inherited}"
