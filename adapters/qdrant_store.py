@@ -47,8 +47,11 @@ class QdrantStore(KnowledgeStore):
             for token, top in zip(token_ids, tops, strict=True)
             if top is not None and (idf := idf_of(token, top)) is not None
         }
-        unheld = unheld_idf(self._points_estimate()) if len(found) < len(token_ids) else 0.0
+        unheld = self.unheld_term_idf() if len(found) < len(token_ids) else 0.0
         return {token: found.get(token, unheld) for token in token_ids}
+
+    def unheld_term_idf(self) -> float:
+        return unheld_idf(self._points_estimate())
 
     def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
         """The first ``n`` points the caller may see in point id order (ids are hashes of the

@@ -224,6 +224,10 @@ class KnowledgeSearchPort(ABC):
         gets the IDF of a term no chunk holds. A port that cannot tell returns ``{}``."""
         return {}
 
+    def unheld_term_idf(self) -> float | None:
+        """The IDF :meth:`term_idf` gives a term no chunk holds (``None``: the port cannot tell)."""
+        return None
+
     def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
         """Up to ``n`` chunks the caller may see, as (doc id, content), in an order unrelated to
         their text (the engine's point ids: hashes), to learn how the store answers questions

@@ -65,6 +65,9 @@ class ReconnectingSearchPort(KnowledgeSearchPort):
     def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
         return self._on_store(lambda store: store.term_idf(token_ids, access))
 
+    def unheld_term_idf(self) -> float | None:
+        return self._on_store(lambda store: store.unheld_term_idf())
+
     def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
         return self._on_store(lambda store: store.sample_chunks(n, access))
 

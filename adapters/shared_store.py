@@ -159,6 +159,13 @@ class SharedSearchPort(KnowledgeSearchPort):
         finally:
             self._release()
 
+    def unheld_term_idf(self) -> float | None:
+        store = self._acquire()
+        try:
+            return store.unheld_term_idf()
+        finally:
+            self._release()
+
     def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
         store = self._acquire()
         try:

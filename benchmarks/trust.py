@@ -34,7 +34,13 @@ from trust_stores import JudgedSet, judged_sets
 
 from lookup_knowledge import KnowledgeTool, load_config
 from lookup_knowledge.adapters.sparse import held_as_written
-from lookup_knowledge.calibration import informative_share, script_of, uninformative
+from lookup_knowledge.calibration import (
+    UNHELD_SHARE,
+    informative_share,
+    script_of,
+    unheld_share,
+    uninformative,
+)
 from lookup_knowledge.contract import EvidenceBlock
 from lookup_knowledge.dataflows.abstention import COVERAGE_HITS, INFORMATIVE_RELIEFS
 from lookup_knowledge.eval.data import Qrels, load_qrels, relevance
@@ -91,6 +97,7 @@ def lookup_record(
         "own_p5": verdict.own_questions_p5 if verdict else None,  # the store's bar floor, to replay
         # read for every lookup (the product reads it only in the band below the bar)
         "informative": informative_share(text, verdict.matched_terms, tool.search_port) if verdict else None,
+        "unheld": unheld_share(text, tool.search_port) if verdict else None,
     }
     if verdict and unabstained is not None:
         blocks = sorted(unabstained.lookup(text).evidence_blocks, key=lambda b: -b.score)
@@ -177,8 +184,8 @@ def hint_meaning(records: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 def would_find(records: pd.DataFrame, strictness: float) -> pd.Series:
     """found=true had the strictness been ``strictness`` (the store's bar: the higher of it and the
-    verdict's ``own_questions_p5``; same lookups, same margins and
-    informative coverage; the rare exact-code hits that pass whatever the margin are not replayed)."""
+    verdict's ``own_questions_p5``; same lookups, same margins, informative coverage and unheld
+    share; the rare exact-code hits that pass whatever the margin are not replayed)."""
     words = records["coverage"].isna() | (records["coverage"] > 0)
     margin, share = records["margin"], records["informative"]
     own = records["own_p5"] if "own_p5" in records else pd.Series(float("nan"), index=records.index)
@@ -188,7 +195,9 @@ def would_find(records: pd.DataFrame, strictness: float) -> pd.Series:
         informative |= (margin >= strictness - relief) & (share >= least)
     cjk = records["text"].map(script_of) == "cjk"  # a CJK query's verdict reads its words alone
     refused = uninformative(margin, share, strictness) & ~cjk  # NaN share: not read
-    passed = margin.isna() | ((margin >= strictness) & ~refused) | informative
+    unheld = records["unheld"] if "unheld" in records else pd.Series(float("nan"), index=records.index)
+    unheld_subject = (unheld >= UNHELD_SHARE) & (margin < 2 * strictness) & ~cjk
+    passed = margin.isna() | (((margin >= strictness) & ~refused) | informative) & ~unheld_subject
     return records["dense_top"].notna() & (records["status"] != "retrieval_failed") & words & passed
 
 

@@ -29,10 +29,12 @@ from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, Sea
 from lookup_knowledge.adapters.sparse import bm25_encoder, code_of, distinctive
 from lookup_knowledge.calibration import (
     NEAR_BAR,
+    UNHELD_SHARE,
     ProbeCalibration,
     ProbeNull,
     informative_share,
     script_of,
+    unheld_share,
     uninformative,
 )
 from lookup_knowledge.contract import VerdictReason
@@ -78,6 +80,7 @@ class EvidenceVerdict:
     probes: int = 0
     lexical_coverage: float | None = None
     informative_coverage: float | None = None
+    unheld_share: float | None = None
     query_terms: tuple[str, ...] = ()
     matched_terms: tuple[str, ...] = ()
     top_dense_rank: int | None = None
@@ -158,19 +161,22 @@ def _names_a_title(query: str, hits: list[SearchHit]) -> bool:
     return bool(named) and any(title in named for title in titles if title)
 
 
-def _informative_coverage(
+def _information_shares(
     query: str,
     matched: tuple[str, ...],
     search_port: KnowledgeSearchPort,
     request: SearchRequest,
     calibration: ProbeCalibration | None,
-) -> float | None:
-    """:func:`informative_share` under the request's access (IDFs kept by the store's
-    calibration); a store failing now leaves the margin to decide (``None``)."""
+) -> tuple[float | None, float | None]:
+    """:func:`informative_share` and :func:`unheld_share` under the request's access (IDFs
+    kept by the store's calibration); a store failing now leaves the margin to decide (``None``)."""
     try:
-        return informative_share(query, matched, search_port, request.access, calibration)
+        return (
+            informative_share(query, matched, search_port, request.access, calibration),
+            unheld_share(query, search_port, request.access, calibration),
+        )
     except Exception:  # the store failed after the search: the margin alone decides
-        return None
+        return None, None
 
 
 def _relieved(margin: float | None, coverage: float | None, policy: AbstentionPolicy) -> bool:
@@ -186,20 +192,33 @@ def _relief(informative: float) -> float:
 
 
 def _informative_verdict(
-    reason: VerdictReason, margin: float | None, informative: float | None, policy: AbstentionPolicy
+    reason: VerdictReason,
+    margin: float | None,
+    informative: float | None,
+    unheld: float | None,
+    policy: AbstentionPolicy,
 ) -> VerdictReason:
     """The verdict once the query's informative share is read: a lookup short of the bar passes
     when its best hits hold enough of the query's information (:func:`_relief`); one just above
     it fails when they hold too little (:func:`uninformative`: the common words of a question
     the store has nothing on, "days" of "How many vacation days do I get?", or a neighbouring
-    field's question whose hits share its general words, not its subject)."""
+    field's question whose hits share its general words, not its subject). Either fails under
+    twice the bar when words no chunk holds carry :data:`UNHELD_SHARE` of the query's
+    information: the store never writes what the question turns on ("maternity" of "What is
+    the maternity leave policy?"), its nearness is the rest's ("leave", "policy")."""
     if informative is None or margin is None:
         return reason
     if reason == "below_probe_null" and margin >= policy.strictness - _relief(informative):
-        return "informative_terms"
-    if reason == "plausible" and uninformative(margin, informative, policy.strictness):
+        reason = "informative_terms"
+    elif reason == "plausible" and uninformative(margin, informative, policy.strictness):
         return "uninformative_terms"
+    if reason in ("plausible", "informative_terms") and _unheld_subject(margin, unheld, policy):
+        return "unheld_terms"
     return reason
+
+
+def _unheld_subject(margin: float, unheld: float | None, policy: AbstentionPolicy) -> bool:
+    return unheld is not None and unheld >= UNHELD_SHARE and margin < 2 * policy.strictness
 
 
 def _reads_informative_share(
@@ -249,15 +268,16 @@ def evidence_verdict(
     if retrieval_mode != "dense" and query_terms:
         coverage, matched = _coverage(query_terms, hits)
     reason = _reason(query, margin, coverage, hits, policy)
-    informative = None
+    informative = unheld = None
     words_decide = script_of(query) == "cjk"  # a CJK query's verdict is its words' share already
     if (
         search_request is not None
         and not words_decide
         and _reads_informative_share(reason, margin, coverage, policy)
     ):
-        informative = _informative_coverage(query, matched, search_port, search_request, store_calibration)
-        reason = _informative_verdict(reason, margin, informative, policy)
+        shares = _information_shares(query, matched, search_port, search_request, store_calibration)
+        informative, unheld = shares
+        reason = _informative_verdict(reason, margin, informative, unheld, policy)
     return EvidenceVerdict(
         plausible=not policy.enabled or reason in EVIDENCE_REASONS,
         reason=reason,
@@ -269,6 +289,7 @@ def evidence_verdict(
         probes=len(probe_null.dense_tops),
         lexical_coverage=coverage,
         informative_coverage=informative,
+        unheld_share=unheld,
         query_terms=query_terms,
         matched_terms=matched,
         top_dense_rank=hits[0].dense_rank,

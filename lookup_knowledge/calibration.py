@@ -115,6 +115,7 @@ def _top_cosine(hits: list[SearchHit]) -> float:
 MAX_SHAPES = 1024  # nulls kept: a search shape per access scope, so a server's callers add up
 INFORMATIVE_FLOOR = 0.1  # the share the best hits must hold of a lookup whose margin is under twice the bar
 NEAR_BAR = (0.3, 1.0)  # the share they must hold of one less than a margin unit above the bar
+UNHELD_SHARE = 0.5  # the query's information in words no chunk holds that refuses a margin under 2x the bar
 MAX_TERMS = 100_000  # token IDFs kept per store and access scope (then forgotten and read again)
 
 
@@ -200,6 +201,7 @@ class ProbeCalibration:
         # own questions' vectors by (model id, text): another scope's or version's sample shares many
         self._own_vectors: OrderedDict[tuple[int, str], tuple[Embedder, np.ndarray]] = OrderedDict()
         self._idf: OrderedDict[tuple, tuple[KnowledgeSearchPort, dict[int, float]]] = OrderedDict()
+        self._unheld: dict[int, tuple[KnowledgeSearchPort, float | None]] = {}  # per port: unheld_term_idf
         self._generation = 0  # resets so far: a null measured across one is not kept
         self._lock = threading.Lock()
 
@@ -305,11 +307,24 @@ class ProbeCalibration:
                     self._idf.popitem(last=False)
         return {**known, **read}
 
+    def unheld_term_idf(self, search_port: KnowledgeSearchPort) -> float | None:
+        """The port's :meth:`~KnowledgeSearchPort.unheld_term_idf`, read once per reset."""
+        with self._lock:
+            entry, generation = self._unheld.get(id(search_port)), self._generation
+        if entry is not None:
+            return entry[1]
+        unheld = search_port.unheld_term_idf()
+        with self._lock:
+            if generation == self._generation:
+                self._unheld[id(search_port)] = (search_port, unheld)
+        return unheld
+
     def reset(self) -> None:
         """Forget every null and IDF: the next lookup measures the store again."""
         with self._lock:
             self._nulls.clear()
             self._idf.clear()
+            self._unheld.clear()
             self._generation += 1
 
 
@@ -366,13 +381,46 @@ def informative_share(
     """The share of the query's information the best hits hold: the store's BM25 IDF of the
     terms they hold (``matched``) over that of all the query's terms (``None``: the store cannot
     tell), read through ``calibration`` when given (IDFs kept). Raises what the store raises."""
+    tokens, idf, total = _query_idf(query, search_port, access, calibration)
+    if total is None:
+        return None
+    return sum(idf.get(tokens[term], 0.0) for term in matched) / total
+
+
+def unheld_share(
+    query: str,
+    search_port: KnowledgeSearchPort,
+    access: AccessScope | None = None,
+    calibration: ProbeCalibration | None = None,
+) -> float | None:
+    """The share of the query's information in words no chunk of the store holds ("maternity"
+    of "What is the maternity leave policy?" on a store of runbooks): the store's BM25 IDF of
+    those terms over that of all the query's terms (``None``: the store cannot tell). Raises
+    what the store raises."""
+    tokens, idf, total = _query_idf(query, search_port, access, calibration)
+    unheld = calibration.unheld_term_idf(search_port) if calibration else search_port.unheld_term_idf()
+    if total is None or unheld is None:
+        return None
+    values = (idf.get(token, 0.0) for token in tokens.values())
+    return sum(value for value in values if value >= unheld * _SAME) / total
+
+
+_SAME = 1 - 1e-9  # an IDF read back at the unheld term's value, float rounding aside
+
+
+def _query_idf(
+    query: str,
+    search_port: KnowledgeSearchPort,
+    access: AccessScope | None,
+    calibration: ProbeCalibration | None,
+) -> tuple[dict[str, int], dict[int, float], float | None]:
+    """The query's BM25 terms (term -> token), the store's IDF of each, and their sum (``None``:
+    the store cannot tell)."""
     tokens = bm25_encoder().query_terms(query)
     ids = list(tokens.values())
     idf = calibration.term_idf(search_port, ids, access) if calibration else search_port.term_idf(ids, access)
-    total = sum(idf.get(token, 0.0) for token in tokens.values())
-    if not idf or total <= 0:
-        return None
-    return sum(idf.get(tokens[term], 0.0) for term in matched) / total
+    total = sum(idf.get(token, 0.0) for token in ids)
+    return tokens, idf, total if idf and total > 0 else None
 
 
 def uninformative(margin: Any, informative: Any, bar: Any) -> Any:

@@ -24,6 +24,7 @@ VerdictReason = Literal[
     "informative_terms",
     "below_probe_null",
     "uninformative_terms",
+    "unheld_terms",
     "no_shared_terms",
 ]
 FallbackRule = Literal["relative", "threshold"]
@@ -257,7 +258,8 @@ class EvidenceVerdictTrace(ContractModel):
         "and the best hits hold words carrying at least 40% of the query's information (at most 1.0 "
         "with 90%: informative_coverage); uninformative_terms: margin above strictness by less than "
         "1.0 with the best hits holding words that carry under 30% of the query's information, or by "
-        "less than strictness with under 10%"
+        "less than strictness with under 10%; unheld_terms: margin under twice strictness while words "
+        "no chunk holds carry at least half of the query's information (unheld_share)"
     )
     margin: float | None = Field(
         description="how far dense_top lies above the store's probe median, in units of the probes' "
@@ -278,6 +280,11 @@ class EvidenceVerdictTrace(ContractModel):
         description="read only where it can change the verdict (a margin under strictness by at most "
         "1.0, or above it by less than strictness): the store's BM25 IDF of the terms the best three "
         "hits hold, over that of all the query's terms",
+    )
+    unheld_share: float | None = Field(
+        None,
+        description="read with informative_coverage: the store's BM25 IDF of the query's terms that no "
+        "chunk the caller may see holds, over that of all its terms",
     )
     query_terms: list[str] = Field(description="the query's informative terms (stop words removed)")
     matched_terms: list[str] = Field(description="those the best hits hold")

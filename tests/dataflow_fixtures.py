@@ -167,6 +167,11 @@ class FaultySearchPort(KnowledgeSearchPort):
             raise ConnectionError(self.message)
         return self.inner.term_idf(token_ids, access)
 
+    def unheld_term_idf(self) -> float | None:
+        if self.fail_all or self.fail_term_idf:
+            raise ConnectionError(self.message)
+        return self.inner.unheld_term_idf()
+
     def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
         """The store's sample, so a wrapped store keeps its own bar (its questions are calibration)."""
         chunks = self.inner.sample_chunks(n, access)

@@ -23,11 +23,13 @@ from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.calibration import (
     INFORMATIVE_FLOOR,
     NEAR_BAR,
+    UNHELD_SHARE,
     KeptNulls,
     ProbeCalibration,
     ProbeNull,
     own_question,
     script_of,
+    unheld_share,
     uninformative,
 )
 from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
@@ -500,3 +502,29 @@ def test_completeness_hint_wordings(status, screened, pack, expected) -> None:
 def test_junk_never_gets_a_partial_hint(tool) -> None:
     for query in OFF_TOPIC:
         assert tool.lookup(query).completeness_hint == "none: no evidence was returned"
+
+
+SICK_LEAVE = "What is the sick leave policy?"  # the runbooks never write "sick"; "Joiners, movers,
+# leavers" holds "leaves" and "Policy": the model reads it as near (a margin over the bar)
+
+
+def test_a_question_turning_on_words_the_store_never_writes_is_no_evidence(tool, sample_kb) -> None:
+    """Words no chunk holds carrying half of the question's information refuse a margin under
+    twice the bar, however near the model reads the rest; the share is in the trace."""
+    result = tool.lookup(SICK_LEAVE)
+    verdict = result.retrieval_trace.evidence_verdict
+    assert not any("sick" in f"{d.title} {d.body}".lower() for d in sample_kb.documents.values())
+    assert verdict.strictness + NEAR_BAR[1] <= verdict.margin < 2 * verdict.strictness  # the margin passes
+    assert verdict.informative_coverage >= NEAR_BAR[0]  # and the near-bar share does not refuse it
+    assert verdict.unheld_share >= UNHELD_SHARE
+    assert verdict.informative_coverage + verdict.unheld_share == pytest.approx(1.0)  # sick, or held
+    assert (result.found, result.evidence_status, verdict.reason) == (False, "no_evidence", "unheld_terms")
+
+
+def test_a_typo_alone_does_not_make_an_answerable_question_unheld(tool) -> None:
+    """A misspelt word is a word no chunk holds; it carries under half of a question's information."""
+    result = tool.lookup("Who must aprove a refund above 500 EUR?")
+    verdict = result.retrieval_trace.evidence_verdict
+    assert 0 < unheld_share("Who must aprove a refund above 500 EUR?", tool.search_port) < UNHELD_SHARE
+    assert (result.found, verdict.reason) == (True, "plausible")
+    assert result.evidence_blocks[0].doc_id == tool.lookup(ANSWERABLE).evidence_blocks[0].doc_id

@@ -357,6 +357,7 @@ def test_term_idf_is_the_bm25_idf_of_the_chunks_holding_each_term(store: Knowled
     unheld = idf[terms["zebra"]]
     only_kafka = {t: idf[t] if t == terms["kafka"] else unheld for t in terms.values()}
     assert store.term_idf(list(terms.values()), access=("team-a",)) == pytest.approx(only_kafka, rel=1e-4)
+    assert store.unheld_term_idf() == pytest.approx(unheld, rel=1e-4)  # what tells an unheld term
 
 
 def test_sample_chunks_reads_the_first_chunks_the_caller_may_see(filled: KnowledgeStore) -> None:
