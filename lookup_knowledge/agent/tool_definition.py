@@ -27,8 +27,8 @@ exactly as returned (keys have the form `<docId>#chunk-<n>`). found=true means t
 scores clearly above what this knowledge base gives questions it cannot answer (and as high as \
 questions made from its own text score), or nearly so while the best hits hold words carrying at \
 least 40% of the question's information (90% for a wider margin), and its hits hold at least 30% \
-of that information when the score stands just above, a tenth unless it stands far above; or a \
-block holds a code the question names (E4471) or is the page whose title it puts in code \
+of that information when the score stands just above, a tenth unless it stands far above, and \
+words this knowledge base never uses carry under half of it; or a block holds a code the question names (E4471) or is the page whose title it puts in code \
 (measured: at most 9% of off-topic questions and 5% of chit-chat got found=true, and at least 97% \
 of answerable ones; questions from a neighbouring field more often, up to 20%). \
 `relevanceLevel`: "high" when the meaning and the keyword search both rank the top block first \
