@@ -1,7 +1,7 @@
 """Whether the verdict an agent reads first is true: abstention, relevance levels, completeness.
 
     python benchmarks/trust.py [--cache benchmarks/.cache] [--out benchmarks/results/trust.json]
-                               [--offtopic-per-set 60]
+                               [--offtopic-per-set 60] [--held-out] [--sample-kb] [--sets NAME ...]
 
 Each judged collection is the knowledge base in turn (SciFact; classic-dev's four collections,
 each a store of its own; hugo-docs with page descriptions as questions, ``trust_stores.py``):
@@ -9,9 +9,10 @@ each a store of its own; hugo-docs with page descriptions as questions, ``trust_
 - answerable: the set's own judged questions; found=true share, nDCG@10 with abstention and
   without (``abstention.enabled false``, today's behaviour), the level of each lookup and
   whether its top block is relevant, and what its completeness hint said;
-- off-topic: questions of the other judged sets (a seeded sample per set), and the off-topic and
-  chit-chat lists of ``benchmarks/offtopic_queries.json`` (eight languages, written apart from
-  the probe set the stores calibrate with).
+- off-topic: questions of the other judged sets (a seeded sample per set), and the off-topic,
+  chit-chat and workplace lists of ``benchmarks/offtopic_queries.json`` (eight languages, written
+  apart from the probe set the stores calibrate with; workplace: what a company's own wiki would
+  answer and none of these stores does).
 
 Leave-one-corpus-out: for each set, the strictness a user would pick on the *other* sets (the
 strictest that keeps answerable found=true >= 97% on each of them), read on the held-out set.
@@ -48,6 +49,7 @@ from lookup_knowledge.eval.data import Qrels, load_qrels, relevance
 console = Console()
 OFFTOPIC_FILE = Path(__file__).with_name("offtopic_queries.json")
 LEVELS = ("high", "medium", "low")
+GROUPS = ("answerable", "cross-corpus", "offtopic", "chitchat", "workplace")
 ANSWERABLE_TARGET = 0.97
 
 
@@ -117,7 +119,7 @@ def offtopic_groups(sets: list[JudgedSet], questions: dict[str, pd.DataFrame], p
         cross = [
             text
             for other in sets
-            if other.name != judged.name
+            if other.name != judged.name and other.asks_others
             for text in questions[other.name].sample(
                 min(per_set, len(questions[other.name])), random_state=0
             )["query"]
@@ -126,6 +128,7 @@ def offtopic_groups(sets: list[JudgedSet], questions: dict[str, pd.DataFrame], p
             "cross-corpus": cross,
             "offtopic": written["offtopic"],
             "chitchat": written["chitchat"],
+            "workplace": written["workplace"],
         }
     return groups
 
@@ -242,21 +245,21 @@ def _row(cells: list[str]) -> str:
 
 def markdown_tables(results: dict[str, Any]) -> dict[str, str]:
     """The tables of ``docs/trust.md``: abstention, the strictness sweep, leave-one-out, levels, hints."""
-    groups = ["answerable", "cross-corpus", "offtopic", "chitchat"]
+    groups = GROUPS
     sets = results["sets"]
     abstention = [
         _row(["knowledge base", *groups, "nDCG@10", "without abstention", "delta"]),
-        _row(["---"] * 8),
+        _row(["---"] * (len(groups) + 4)),
     ]
     for name, b in sets.items():
         after, before = b["ndcg@10"], b["ndcg@10 without abstention"]
         rates = [f"{b['found_rate'].get(g, float('nan')):.3f}" for g in groups]
         abstention.append(_row([name, *rates, f"{after:.4f}", f"{before:.4f}", f"{after - before:+.4f}"]))
-    sweep = [_row(["strictness", "knowledge base", *groups]), _row(["---"] * 6)]
+    sweep = [_row(["strictness", "knowledge base", *groups]), _row(["---"] * (len(groups) + 2))]
     for strictness, per_set in results["strictness_sweep"].items():
         for name, rates in per_set.items():
             sweep.append(_row([strictness, name, *(f"{rates.get(g, float('nan')):.3f}" for g in groups)]))
-    loco = [_row(["held out", "fitted strictness", *groups]), _row(["---"] * 6)]
+    loco = [_row(["held out", "fitted strictness", *groups]), _row(["---"] * (len(groups) + 2))]
     for name, r in results["leave_one_corpus_out"].items():
         loco.append(
             _row([name, f"{r['fitted_strictness']:.2f}", *(f"{r.get(g, float('nan')):.3f}" for g in groups)])
@@ -286,7 +289,7 @@ def markdown_tables(results: dict[str, Any]) -> dict[str, str]:
 
 def print_tables(results: dict[str, Any]) -> None:
     table = Table(title="abstention: found=true share per question group")
-    groups = ["answerable", "cross-corpus", "offtopic", "chitchat"]
+    groups = GROUPS
     for column in ["knowledge base", *groups, "nDCG@10", "without abstention"]:
         table.add_column(column)
     for name, block in results["sets"].items():
@@ -315,8 +318,9 @@ def main() -> int:
     parser.add_argument("--offtopic-per-set", type=int, default=60)
     parser.add_argument("--sets", nargs="*", help="only these knowledge bases")
     parser.add_argument("--held-out", action="store_true", help="add the held-out docs set (package READMEs)")
+    parser.add_argument("--sample-kb", action="store_true", help="add the bundled sample knowledge base")
     args = parser.parse_args()
-    sets = judged_sets(args.cache, held_out=args.held_out)
+    sets = judged_sets(args.cache, held_out=args.held_out, sample_kb=args.sample_kb)
     judged = {s.name: judged_questions(s) for s in sets}
     offtopic = offtopic_groups(sets, {n: q for n, (q, _) in judged.items()}, args.offtopic_per_set)
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "sets": {}}

@@ -3,7 +3,9 @@
 SciFact (its 300 test claims), each classic-dev collection on its own (four domains: a
 question of one is off-topic for the others) and hugo-docs (page descriptions as questions);
 held out, for checking choices made on those: the READMEs of the installed Python packages
-(their one-line summaries as questions).
+(their one-line summaries as questions). With ``sample_kb``, also the bundled sample knowledge
+base (30 runbooks and policies of one organisation) with its evaluation set: a small store of
+one company's text, which no other set resembles.
 Stores and vectors are cached under ``--cache`` (``benchmarks/corpora.py``).
 """
 
@@ -15,6 +17,8 @@ from pathlib import Path
 
 from corpora import DATA, hugo_described_pages, package_readmes
 
+from lookup_knowledge import sample_knowledge_base
+
 CLASSIC_DOMAINS = ("aeronautics", "medicine", "library_information_science", "news")
 
 
@@ -25,6 +29,7 @@ class JudgedSet:
     name: str
     documents: Path
     questions: Path
+    asks_others: bool = True  # its questions are the other sets' cross-corpus questions
 
 
 def classic_collection(cache: Path, domain: str) -> Path:
@@ -46,9 +51,11 @@ def classic_collection(cache: Path, domain: str) -> Path:
     return folder
 
 
-def judged_sets(cache: Path, held_out: bool = False) -> list[JudgedSet]:
+def judged_sets(cache: Path, held_out: bool = False, sample_kb: bool = False) -> list[JudgedSet]:
     """Every judged knowledge base of the trust benchmark; with ``held_out``, also the docs set
-    choices made on the others are checked on (``corpora.package_readmes``)."""
+    choices made on the others are checked on (``corpora.package_readmes``); with ``sample_kb``,
+    the bundled sample knowledge base (its questions stay out of the others' cross-corpus sets,
+    which then compare with runs without it)."""
     classic = [
         JudgedSet(f"classic-{d}", folder, folder)
         for d in CLASSIC_DOMAINS
@@ -59,4 +66,7 @@ def judged_sets(cache: Path, held_out: bool = False) -> list[JudgedSet]:
     if held_out:
         pages, questions = package_readmes(cache)
         sets.append(JudgedSet("package-readmes", pages.resolve(), questions.resolve()))
+    if sample_kb:
+        kb = sample_knowledge_base()
+        sets.append(JudgedSet("sample-kb", kb, kb.parent / "sample-eval", asks_others=False))
     return sets

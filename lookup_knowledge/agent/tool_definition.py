@@ -28,13 +28,15 @@ scores clearly above what this knowledge base gives questions it cannot answer (
 questions made from its own text score), or nearly so while the best hits hold words carrying at \
 least 40% of the question's information (90% for a wider margin), and its hits hold at least 30% \
 of that information when the score stands just above, a tenth unless it stands far above, and \
-words this knowledge base never uses carry under half of it; or a block holds a code the question names (E4471) or is the page whose title it puts in code \
+words this knowledge base never uses carry under half of it; or a block holds a code the \
+question names (E4471) or is the page whose title it puts in code \
 (measured: at most 9% of off-topic questions and 5% of chit-chat got found=true, and at least 97% \
-of answerable ones; questions from a neighbouring field more often, up to 20%). \
+of answerable ones; questions from a neighbouring field or on a company's own policies more \
+often, up to 25%). \
 `relevanceLevel`: "high" when the meaning and the keyword search both rank the top block first \
-(its top block was relevant in 80-100% of judged lookups on four of six test collections), \
-"medium" when both rank it in their top 3 (57-94% on those four), "low" \
-otherwise (36-89%): with "low", check that the blocks answer before relying on them. \
+(its top block was relevant in 80-100% of judged lookups on six of eight test collections), \
+"medium" when both rank it in their top 3 (58-100% on those six), "low" \
+otherwise (36-100%): with "low", check that the blocks answer before relying on them. \
 `completenessHint` "complete: ..." means no chunk left out scores near the best returned one; \
 "partial: N more chunks of similar strength in <documents>" means relevant material more likely \
 lies beyond the blocks (measured: about twice as often): raise return_n or look those documents \
