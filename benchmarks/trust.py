@@ -37,9 +37,8 @@ from lookup_knowledge import KnowledgeTool, load_config
 from lookup_knowledge.adapters.sparse import held_as_written
 from lookup_knowledge.calibration import (
     UNHELD_SHARE,
-    informative_share,
+    information_shares,
     script_of,
-    unheld_share,
     uninformative,
 )
 from lookup_knowledge.contract import EvidenceBlock
@@ -97,14 +96,14 @@ def lookup_record(
         "top_dense_rank": verdict.top_dense_rank if verdict else None,
         "top_sparse_rank": verdict.top_sparse_rank if verdict else None,
         "own_p5": verdict.own_questions_p5 if verdict else None,  # the store's bar floor, to replay
-        # read for every lookup (the product reads it only in the band below the bar)
-        "informative": informative_share(text, verdict.matched_terms, tool.search_port) if verdict else None,
-        "unheld": unheld_share(text, tool.search_port) if verdict else None,
     }
+    # read for every lookup (the product reads them only in the band around the bar)
+    shares = information_shares(text, verdict.matched_terms, tool.search_port) if verdict else (None, None)
+    record.update(informative=shares[0], unheld=shares[1])
     if verdict and unabstained is not None:
         blocks = sorted(unabstained.lookup(text).evidence_blocks, key=lambda b: -b.score)
         written = written_terms(verdict.matched_terms, blocks)
-        record["informative_written"] = informative_share(text, written, tool.search_port)
+        record["informative_written"] = information_shares(text, written, tool.search_port)[0]
     if relevant is not None:
         record["top_relevant"] = bool(documents) and documents[0] in relevant
         record["relevant_missing"] = bool(relevant - set(documents))

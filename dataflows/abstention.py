@@ -32,9 +32,8 @@ from lookup_knowledge.calibration import (
     UNHELD_SHARE,
     ProbeCalibration,
     ProbeNull,
-    informative_share,
+    information_shares,
     script_of,
-    unheld_share,
     uninformative,
 )
 from lookup_knowledge.contract import VerdictReason
@@ -168,13 +167,10 @@ def _information_shares(
     request: SearchRequest,
     calibration: ProbeCalibration | None,
 ) -> tuple[float | None, float | None]:
-    """:func:`informative_share` and :func:`unheld_share` under the request's access (IDFs
-    kept by the store's calibration); a store failing now leaves the margin to decide (``None``)."""
+    """:func:`information_shares` under the request's access (IDFs kept by the store's
+    calibration); a store failing now leaves the margin to decide (``None``)."""
     try:
-        return (
-            informative_share(query, matched, search_port, request.access, calibration),
-            unheld_share(query, search_port, request.access, calibration),
-        )
+        return information_shares(query, matched, search_port, request.access, calibration)
     except Exception:  # the store failed after the search: the margin alone decides
         return None, None
 

@@ -371,56 +371,32 @@ def _own_tops(
     )
 
 
-def informative_share(
+def information_shares(
     query: str,
     matched: tuple[str, ...],
     search_port: KnowledgeSearchPort,
     access: AccessScope | None = None,
     calibration: ProbeCalibration | None = None,
-) -> float | None:
-    """The share of the query's information the best hits hold: the store's BM25 IDF of the
-    terms they hold (``matched``) over that of all the query's terms (``None``: the store cannot
-    tell), read through ``calibration`` when given (IDFs kept). Raises what the store raises."""
-    tokens, idf, total = _query_idf(query, search_port, access, calibration)
-    if total is None:
-        return None
-    return sum(idf.get(tokens[term], 0.0) for term in matched) / total
-
-
-def unheld_share(
-    query: str,
-    search_port: KnowledgeSearchPort,
-    access: AccessScope | None = None,
-    calibration: ProbeCalibration | None = None,
-) -> float | None:
-    """The share of the query's information in words no chunk of the store holds ("maternity"
-    of "What is the maternity leave policy?" on a store of runbooks): the store's BM25 IDF of
-    those terms over that of all the query's terms (``None``: the store cannot tell). Raises
-    what the store raises."""
-    tokens, idf, total = _query_idf(query, search_port, access, calibration)
-    unheld = calibration.unheld_term_idf(search_port) if calibration else search_port.unheld_term_idf()
-    if total is None or unheld is None:
-        return None
-    values = (idf.get(token, 0.0) for token in tokens.values())
-    return sum(value for value in values if value >= unheld * _SAME) / total
-
-
-_SAME = 1 - 1e-9  # an IDF read back at the unheld term's value, float rounding aside
-
-
-def _query_idf(
-    query: str,
-    search_port: KnowledgeSearchPort,
-    access: AccessScope | None,
-    calibration: ProbeCalibration | None,
-) -> tuple[dict[str, int], dict[int, float], float | None]:
-    """The query's BM25 terms (term -> token), the store's IDF of each, and their sum (``None``:
-    the store cannot tell)."""
+) -> tuple[float | None, float | None]:
+    """Two shares of the query's information (the store's BM25 IDF of some of its terms over
+    that of all of them), read through ``calibration`` when given (IDFs kept): the share the best
+    hits hold (the terms ``matched``), and the share in words no chunk of the store holds
+    ("maternity" of "What is the maternity leave policy?" on a store of runbooks). ``None``
+    where the store cannot tell. Raises what the store raises."""
     tokens = bm25_encoder().query_terms(query)
     ids = list(tokens.values())
     idf = calibration.term_idf(search_port, ids, access) if calibration else search_port.term_idf(ids, access)
     total = sum(idf.get(token, 0.0) for token in ids)
-    return tokens, idf, total if idf and total > 0 else None
+    if not idf or total <= 0:
+        return None, None
+    held = sum(idf.get(tokens[term], 0.0) for term in matched) / total
+    unheld = calibration.unheld_term_idf(search_port) if calibration else search_port.unheld_term_idf()
+    if unheld is None:
+        return held, None
+    return held, sum(value for token in ids if (value := idf.get(token, 0.0)) >= unheld * _SAME) / total
+
+
+_SAME = 1 - 1e-9  # an IDF read back at the unheld term's value, float rounding aside
 
 
 def uninformative(margin: Any, informative: Any, bar: Any) -> Any:

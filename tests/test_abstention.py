@@ -27,9 +27,9 @@ from lookup_knowledge.calibration import (
     KeptNulls,
     ProbeCalibration,
     ProbeNull,
+    information_shares,
     own_question,
     script_of,
-    unheld_share,
     uninformative,
 )
 from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
@@ -525,6 +525,7 @@ def test_a_typo_alone_does_not_make_an_answerable_question_unheld(tool) -> None:
     """A misspelt word is a word no chunk holds; it carries under half of a question's information."""
     result = tool.lookup("Who must aprove a refund above 500 EUR?")
     verdict = result.retrieval_trace.evidence_verdict
-    assert 0 < unheld_share("Who must aprove a refund above 500 EUR?", tool.search_port) < UNHELD_SHARE
+    _, unheld = information_shares("Who must aprove a refund above 500 EUR?", (), tool.search_port)
+    assert 0 < unheld < UNHELD_SHARE
     assert (result.found, verdict.reason) == (True, "plausible")
     assert result.evidence_blocks[0].doc_id == tool.lookup(ANSWERABLE).evidence_blocks[0].doc_id
