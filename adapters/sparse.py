@@ -143,7 +143,7 @@ class Bm25Encoder:
         reads their share; a hit reason lists the first :data:`MAX_MATCHED_TERMS`). A matched
         whole hides its parts: a character of a CJK pair, a word of an identifier (``inv`` of
         ``inv-48213``; ``word1`` is no part of ``word10``)."""
-        held = set(document_indices)
+        held = set(query_terms.values()).intersection(document_indices)  # not a set of every index
         matched: list[str] = []
         parts: set[str] = set()  # the words of the matched terms
         for term, index in query_terms.items():  # longest first: a whole comes before its parts
