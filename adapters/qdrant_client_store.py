@@ -270,17 +270,20 @@ class QdrantClientStore(QdrantStore):
 def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
     """The server queries of one request: the ranked one, and for hybrid its dense and sparse
     companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
-    places and the BM25 score of the hits they hold)."""
+    places and the BM25 score of the hits they hold). A ``scores_only`` request's ranked query
+    returns each point's document id alone."""
     where = _request_filter(request)
+    payload: bool | list[str] = [DOC_ID_FIELD] if request.scores_only else True
     dense = list(request.query_vector)
     if request.mode == "dense":
         return [
             models.QueryRequest(
-                query=dense, using=DENSE_VECTOR, filter=where, limit=request.top_k, with_payload=True
+                query=dense, using=DENSE_VECTOR, filter=where, limit=request.top_k, with_payload=payload
             )
         ]
     sparse = _sparse(request.sparse_vector)
-    vectors = [SPARSE_VECTOR]  # its terms name the matches; cosines come from dense scores
+    # its terms name the matches (cosines come from dense scores); a scores-only search names none
+    vectors = False if request.scores_only else [SPARSE_VECTOR]
     if request.mode == "sparse":
         return [
             models.QueryRequest(
@@ -288,7 +291,7 @@ def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
                 using=SPARSE_VECTOR,
                 filter=where,
                 limit=request.ranked_width,
-                with_payload=True,
+                with_payload=payload,
                 with_vector=vectors,
             )
         ]
@@ -305,7 +308,7 @@ def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
         ],
         query=fusion,
         limit=request.ranked_width,
-        with_payload=True,
+        with_payload=payload,
         with_vector=vectors,
     )
     companions = [

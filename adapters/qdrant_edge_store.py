@@ -327,19 +327,22 @@ def _has_data(path: Path) -> bool:
 def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
     """The engine queries of one request: the ranked one, and for hybrid its dense and sparse
     companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
-    places and the BM25 score of the hits they hold)."""
+    places and the BM25 score of the hits they hold). A ``scores_only`` request's ranked query
+    returns each point's document id alone."""
     where = _request_filter(request)
+    payload = [DOC_ID_FIELD] if request.scores_only else True
     dense = qe.Query.Nearest(list(request.query_vector), DENSE_VECTOR)
     if request.mode == "dense":
-        return [qe.QueryRequest(limit=request.top_k, query=dense, filter=where, with_payload=True)]
+        return [qe.QueryRequest(limit=request.top_k, query=dense, filter=where, with_payload=payload)]
     sparse = qe.Query.Nearest(_sparse(request.sparse_vector), SPARSE_VECTOR)
-    vectors = [SPARSE_VECTOR]  # its terms name the matches; cosines come from dense scores
+    # its terms name the matches (cosines come from dense scores); a scores-only search names none
+    vectors = None if request.scores_only else [SPARSE_VECTOR]
     if request.mode == "sparse":
         ranked = qe.QueryRequest(
             limit=request.ranked_width,
             query=sparse,
             filter=where,
-            with_payload=True,
+            with_payload=payload,
             with_vector=vectors,
         )
         return [ranked]
@@ -351,7 +354,7 @@ def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
             qe.Prefetch(width, query=sparse, filter=where),
         ],
         query=qe.Fusion.Rrf(k=RRF_K) if request.fusion == "rrf" else qe.Fusion.Dbsf(),
-        with_payload=True,
+        with_payload=payload,
         with_vector=vectors,
     )
     companions = [qe.QueryRequest(limit=request.ranked_width, query=q, filter=where) for q in (dense, sparse)]

@@ -250,9 +250,9 @@ class ScoredPoints:
                 for rank, (pid, score, payload, _) in enumerate(self.points, start=1)
             ]
         known = {**self._cosines, **(cosines or {})}
-        encoder = bm25_encoder()
-        terms = encoder.query_terms(self.request.query_text)
-        codes = encoder.query_codes(self.request.query_text)
+        encoder, text = bm25_encoder(), self.request.query_text
+        terms = {} if self.request.scores_only else encoder.query_terms(text)
+        codes = [] if self.request.scores_only else encoder.query_codes(text)
         hits = []
         for pid, score, payload, vectors in self.points:
             if (cosine := known.get(pid)) is None:

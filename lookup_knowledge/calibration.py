@@ -330,7 +330,8 @@ class ProbeCalibration:
 
 def _shaped_like(request: SearchRequest, texts: Sequence[str], vectors: np.ndarray) -> list[SearchRequest]:
     """Searches of ``texts`` shaped like ``request`` (mode, fusion, widths, the caller's access),
-    without its category filter."""
+    without its category filter, reading only the hits' scores and documents (``scores_only``:
+    the same cosines, without the text)."""
     sparse = request.mode != "dense"
     return [
         replace(
@@ -339,6 +340,7 @@ def _shaped_like(request: SearchRequest, texts: Sequence[str], vectors: np.ndarr
             query_vector=vector,
             category=None,
             sparse_vector=bm25_encoder().embed_query(text) if sparse else None,
+            scores_only=True,
         )
         for text, vector in zip(texts, vectors, strict=True)
     ]

@@ -318,6 +318,38 @@ def test_a_hybrid_hit_the_dense_search_missed_gets_the_cosine_of_its_vector(
         assert hit.dense_score == pytest.approx(float(vector @ unit / np.linalg.norm(vector)), abs=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid"])
+def test_a_scores_only_search_gives_the_same_hits_without_their_text(
+    store: KnowledgeStore, vectors, mode: str
+) -> None:
+    """What the calibration reads (``scores_only``): each hit's id, scores, places and document,
+    as a full search gives them, and no content, matched terms or codes."""
+    encoder = bm25_encoder()
+    chunks = all_chunks(vectors)
+    store.upsert([replace(c, sparse_vector=encoder.embed_document(c.payload["content"])) for c in chunks])
+    query = "refund card kafka lag"
+    vectors = {**vectors, query: np.asarray(vectors[QUERIES[0]])}
+    full = replace(request(vectors, query, top_k=4), mode=mode, sparse_vector=encoder.embed_query(query))
+    lean = replace(full, scores_only=True)
+    [full_hits, lean_hits] = store.search_batch([full, lean])
+
+    def scores(hits):
+        def rounded(x):
+            return None if x is None else round(x, 5)
+
+        return [
+            (h.point_id, h.doc_id, h.dense_rank, h.sparse_rank)
+            + tuple(map(rounded, (h.score, h.normalized_score, h.sparse_score)))
+            for h in hits
+        ]
+
+    assert full_hits and scores(lean_hits) == scores(full_hits)
+    assert any(h.content for h in full_hits) and not any(h.content for h in lean_hits)
+    assert all(not h.matched_terms and not h.exact_codes for h in lean_hits)
+    if mode != "dense":
+        assert any(h.matched_terms for h in full_hits)
+
+
 def test_stored_vectors_are_those_of_the_asked_documents_from_that_model(
     store: KnowledgeStore, vectors
 ) -> None:
