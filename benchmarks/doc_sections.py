@@ -4,11 +4,12 @@ heading names, and the rest of the file (other benchmarks' sections, prose) is k
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+from machine import cpu_model
 
 
 def replace_section(doc: Path, heading: str, text: str, title: str = "# Retrieval quality") -> None:
@@ -28,17 +29,6 @@ def measured(load: float) -> dict[str, Any]:
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": commit.stdout.strip() or "?",
-        "machine": f"{_cpu_model()}, {os.cpu_count()} CPUs",
+        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs",
         "load": load,
     }
-
-
-def _cpu_model() -> str:
-    """The CPU's model name (Linux), else the machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import qdrant_edge as qe
 from hamilton_shape import shape_only_driver
+from machine import machine
 from rich.console import Console
 from rich.table import Table
 
@@ -189,6 +190,7 @@ def main() -> int:
                 "own_work_per_query_ms": own_ms,
                 "hamilton_alone_per_query_ms": hamilton_ms,
                 "own_work_over_hamilton_alone": own_ms / hamilton_ms,
+                "machine": machine(),
                 "load_average": os.getloadavg(),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             },

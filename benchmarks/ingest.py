@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine import cpu_model
 from rich.console import Console
 from rich.table import Table
 
@@ -439,7 +440,7 @@ def _machine_info() -> dict[str, Any]:
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "torch_threads": torch.get_num_threads(),
@@ -458,16 +459,6 @@ def _machine_info() -> dict[str, Any]:
             )
         },  # fmt: skip
     }
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
 
 
 def _load_average() -> list[float] | None:

@@ -27,10 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +35,7 @@ from typing import Any
 import qdrant_edge as qe
 from corpora import CachedEmbedder
 from hamilton_shape import shape_only_driver
+from machine import machine
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -296,12 +294,7 @@ def main() -> int:
                 "prefetch_k": config.retrieval.prefetch_k,
                 "wide_prefetch_cost_p50_ms": prefetch_cost,
                 "access_lookup_over_lookup_p50": access_ratio,
-                "machine": {
-                    "python": sys.version.split()[0],
-                    "platform": platform.platform(),
-                    "cpu": cpu_model(),
-                    "load_average": os.getloadavg(),
-                },
+                "machine": machine(),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             },
             indent=2,
@@ -309,17 +302,6 @@ def main() -> int:
     )
     console.print(f"wrote {args.out}")
     return 0
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux), else the platform's processor string."""
-    try:
-        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return platform.processor()
-    return next(
-        (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), ""
-    )
 
 
 def restrict_half(store: Any, tool: KnowledgeTool) -> list[str]:
