@@ -86,8 +86,8 @@ class SearchRequest:
     chunks whose access field holds one of its principals: a payload filter in the engine.
     ``scores_only`` asks for what a calibration search reads (each hit's scores, places and
     document id): the store sends no other payload and no BM25 vectors, so hits carry no
-    content, chunk index, matched terms or codes (the probes of a new access scope's first
-    lookup: 2.9 s to 2.2 s on SciFact's store, docs/trust.md).
+    content, chunk index, matched terms or codes (what a new access scope's first lookup
+    spends on its probes: docs/trust.md).
     """
 
     query_text: str
