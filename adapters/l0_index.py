@@ -103,11 +103,13 @@ class L0Index:
         self.__dict__.pop("_tables", None)
 
     @cached_property
-    def _tables(self) -> tuple[dict[str, list[_Term]], list[tuple[str, _Term]], int]:
-        """Spaced terms keyed by their word sequence, unspaced terms for substring scans."""
+    def _tables(self) -> tuple[dict[str, list[_Term]], dict[str, tuple[int, ...]], list[tuple[str, _Term]]]:
+        """Spaced terms keyed by their word sequence, the word counts of the terms each first
+        word starts (a query is looked up only at those lengths: a store of long titles would
+        otherwise cost every n-gram of every query), unspaced terms for substring scans."""
         spaced: dict[str, list[_Term]] = {}
+        lengths: dict[str, set[int]] = {}
         unspaced: list[tuple[str, _Term]] = []
-        longest = 1
         for doc in self.documents.values():
             for term in _terms(doc):
                 norm = normalize(term.text).strip()
@@ -119,18 +121,20 @@ class L0Index:
                 words = _words(norm)
                 if words and not (term.kind == "title" and only_stop_words(norm)):
                     spaced.setdefault(" ".join(words), []).append(term)
-                    longest = max(longest, len(words))
-        return spaced, unspaced, longest
+                    lengths.setdefault(words[0], set()).add(len(words))
+        return spaced, {word: tuple(sorted(ns)) for word, ns in lengths.items()}, unspaced
 
     def match(self, query: str, access: AccessScope | None = None) -> L0Hints:
         """The hints a query triggers among the documents a caller of ``access`` may see (``None``:
         every document); empty hints when nothing matches."""
-        spaced, unspaced, longest = self._tables
+        spaced, lengths, unspaced = self._tables
         norm = normalize(query)
         words = _words(norm)
         found: list[_Term] = []
-        for n in range(1, min(longest, len(words)) + 1):
-            for start in range(len(words) - n + 1):
+        for start, word in enumerate(words):
+            for n in lengths.get(word, ()):
+                if start + n > len(words):
+                    break
                 found.extend(spaced.get(" ".join(words[start : start + n]), ()))
         found.extend(term for text, term in unspaced if text in norm)
         if access is not None:

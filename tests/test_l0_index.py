@@ -85,6 +85,19 @@ def test_multi_word_keyword_needs_all_words_in_sequence(index: L0Index) -> None:
     assert index.match("lag of the consumer").is_empty
 
 
+def test_terms_sharing_a_first_word_match_at_each_of_their_lengths() -> None:
+    index = L0Index(
+        [
+            L0Document("lag", "Lag", keywords=("consumer", "consumer lag", "consumer lag alert runbook")),
+            L0Document("alerts", "Alerting", keywords=("lag alert",)),
+        ]
+    )
+    hints = index.match("Where is the consumer lag alert runbook?")
+    assert hints.matched_keywords == ["consumer", "consumer lag", "consumer lag alert runbook", "lag alert"]
+    # a term longer than what is left of the query is not matched, and a shorter one still is
+    assert index.match("page on consumer lag").matched_keywords == ["consumer", "consumer lag"]
+
+
 def test_title_is_matched_as_a_phrase(index: L0Index) -> None:
     hints = index.match("open the kafka operations runbook")
     assert hints.matched_titles == ["Kafka Operations Runbook"]
