@@ -225,9 +225,23 @@ def _parted(text: str) -> list[str]:
 
 def holds_identifier(text: str, identifier: str) -> bool:
     """Whether ``identifier`` occurs in ``text`` verbatim (case-insensitive) as a whole word, not
-    inside a longer identifier (``limit_x`` is not in ``memory_limit_x``)."""
-    wanted = identifier.lower()
-    return wanted in text.lower() and any(w.lower() == wanted for w in _WHOLE_WORD.findall(text))
+    inside a longer identifier (``limit_x`` is not in ``memory_limit_x``). Only the run of
+    non-space characters around each occurrence is split into words (no word spans a space):
+    it runs for every query code of every hit."""
+    wanted, lowered = identifier.lower(), text.lower()
+    if len(lowered) != len(text):  # a character whose lowercase is longer: positions differ
+        return any(w.lower() == wanted for w in _WHOLE_WORD.findall(text))
+    start = lowered.find(wanted)
+    while start >= 0:
+        begin, end = start, start + len(wanted)
+        while begin > 0 and not lowered[begin - 1].isspace():
+            begin -= 1
+        while end < len(lowered) and not lowered[end].isspace():
+            end += 1
+        if wanted in _WHOLE_WORD.findall(lowered, begin, end):
+            return True
+        start = lowered.find(wanted, start + 1)
+    return False
 
 
 def _is_identifier(word: str) -> bool:

@@ -185,6 +185,9 @@ def test_query_codes_are_identifiers_not_words_or_numbers(query: str, codes: lis
         ("run it with --dry-run.", "--dry-run", True),
         ("E4471 and E44712", "E4471", True),
         ("only E44712 here", "E4471", False),
+        ("memory_limit_x first, then limit_x alone", "limit_x", True),  # a later occurrence is whole
+        ("(IL-6)-mediated, then (IL-6).", "il-6", True),
+        ("\u0130 then limit_x", "LIMIT_X", True),  # "İ" lowercases to two characters
     ],
 )
 def test_an_identifier_is_held_only_as_a_whole_word(text: str, identifier: str, held: bool) -> None:
