@@ -295,7 +295,7 @@ def found_hits(
     request's filters)."""
     scored = []
     for request in requests:
-        rows = [(p.id, p.score, p.payload, p.vector) for p in next(results)]
+        rows = [(p.id, p.score, p.payload, p.vector) for p in _ranked(request, next(results))]
         companions = 2 if request.mode == "hybrid" else 0  # its dense and sparse searches alone
         places = [[(p.id, p.score) for p in next(results)] for _ in range(companions)]
         scored.append(ScoredPoints(request, rows, *places))
@@ -304,6 +304,16 @@ def found_hits(
     return [
         complete_hits(s.request, s.hits(next(answers) if s.missing_cosines else None), stored) for s in scored
     ]
+
+
+def _ranked(request: SearchRequest, points: Iterable[Any]) -> list[Any]:
+    """The engine's ranked points a request keeps: a sparse or hybrid search's ``top_k`` of the
+    ``ranked_width`` fetched, ties cut by point id (:class:`ScoredPoints` cuts them again, from
+    the same ids and scores), so that only those kept have their payload and vectors read."""
+    points = list(points)
+    if request.mode == "dense":
+        return points
+    return [p for *_, p in _untied([(p.id, p.score, p) for p in points])[: request.top_k]]
 
 
 def dense_vector(point: Any) -> Sequence[float] | None:
