@@ -16,7 +16,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
 
@@ -167,7 +167,7 @@ class L0Index:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = {
             "version": FORMAT_VERSION,
-            "documents": [asdict(d) for d in self.documents.values()],
+            "documents": [_fields(d) for d in self.documents.values()],
         }
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
@@ -202,6 +202,12 @@ class L0Index:
             raise L0IndexError(f"{exc}: {_REPAIR}") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise L0IndexError(f"L0 index {path} is unreadable ({first_line(exc)}): {_REPAIR}") from None
+
+
+def _fields(doc: L0Document) -> dict[str, object]:
+    """A document as its JSON object (``dataclasses.asdict`` deep-copies every field: 30x slower,
+    1.0 of the 1.7 s a save of 100,000 documents took)."""
+    return {field: getattr(doc, field) for field in L0Document.__slots__}
 
 
 def _terms(doc: L0Document) -> Iterable[_Term]:

@@ -190,9 +190,11 @@ def test_remove_forgets_a_document(index: L0Index) -> None:
 
 def test_save_and_load_round_trip(index: L0Index, tmp_path: Path) -> None:
     path = tmp_path / "nested" / "knowledge.l0.json"
+    index.upsert([L0Document("restricted", "Payroll Runbook", ("payroll",), ("hr",), (), access=("hr",))])
     index.save(path)
     loaded = L0Index.load(path)
-    assert loaded.documents == index.documents
+    assert loaded.documents == index.documents  # every field, access (None or a tuple) included
+    assert loaded.documents["restricted"].access == ("hr",)
     assert loaded.match("增值税专用发票").matched_doc_ids == ["support-fapiao-requests-zh"]
     assert not path.with_suffix(".json.tmp").exists()
 
