@@ -390,8 +390,10 @@ def test_configured_principals_are_the_default_and_verify_answer_hides_invisible
         hr = agent.call(HR_QUERY, "other-session", principals=["hr"])
         assert "hr-leave" in _json(hr)
         again = agent.verify_answer("Leave is 20 days [hr-leave#chunk-0].", "verify-session")
+        public = agent.verify_answer("Refunds take 30 days [refunds#chunk-9].", "verify-session")
     statuses = {c.status for c in verdict.citations} | {c.status for c in again.citations}
     assert statuses == {"unknown_key"}  # as if it did not exist, even once another scope got it
+    assert [c.status for c in public.citations] == ["not_returned"]  # a document it may see exists
 
 
 def test_mcp_server_serves_its_configured_identity_through_the_sdk_client(hr_kb: Path) -> None:

@@ -15,16 +15,17 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
+from lookup_knowledge.adapters.l0_index import L0Document
 from lookup_knowledge.adapters.recorder import (
     CircuitBreaker,
     Invocation,
     InvocationRecorder,
     RecorderUnavailableError,
 )
-from lookup_knowledge.adapters.search import may_see
+from lookup_knowledge.adapters.search import AccessScope, may_see
 from lookup_knowledge.adapters.text import first_line
 from lookup_knowledge.agent.invocation_row import invocation_row
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
@@ -197,14 +198,14 @@ class AgentLookup:
             raise RecorderUnavailableError("verify_answer needs the invocation record (recording is off)")
         scope = self.tool.access_scope(valid_principals(principals))
         documents = self.tool.l0_index.documents
-        visible = (
-            documents if scope is None else {d for d, doc in documents.items() if may_see(doc.access, scope)}
+        visible: Container[str] = (
+            () if scope is False else documents if scope is None else _Visible(documents, scope)
         )
         return verify_in_session(
             answer,
             session_id,
             self.recorder,
-            visible if scope is not False else (),
+            visible,
             check_uncited=check_uncited,
             citation_pattern=citation_pattern,
             access=_scope_list(scope) if scope is not False else [],
@@ -240,6 +241,18 @@ class AgentLookup:
 def _scope_list(scope: Any) -> list[str] | None:
     """An access scope as the record keeps it: a list of principals, ``None`` for unrestricted."""
     return None if scope is None or scope is False else list(scope)
+
+
+class _Visible(Container[str]):
+    """The documents a caller of ``scope`` may see, asked one id at a time (a restricted
+    caller's check reads only the cited documents, not every document of the index)."""
+
+    def __init__(self, documents: Mapping[str, L0Document], scope: AccessScope) -> None:
+        self.documents, self.scope = documents, scope
+
+    def __contains__(self, doc_id: object) -> bool:
+        doc = self.documents.get(doc_id) if isinstance(doc_id, str) else None
+        return doc is not None and may_see(doc.access, self.scope)
 
 
 def verify_in_session(
