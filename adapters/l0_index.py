@@ -5,6 +5,11 @@ whole words (English words by their stem) for space-separated scripts, substring
 written without spaces. A title made only of stop words ("In", "Where") is not matched: it
 would match every query that uses the word.
 
+The index is an SQLite database next to the store (``<collection>.l0.sqlite``): each document's
+fields, and its terms by match key, so that an ingest writes only the documents that changed, a
+process opens the index without reading it, and a match reads only the keys its query holds
+(docs/benchmarks.md, "Scale": the JSON file it replaced was read, rewritten and prepared whole).
+
 >>> index = L0Index([L0Document("refunds", "Refund Policy", ("chargeback",), ("payments",), ())])
 >>> index.match("Who approves Chargebacks?").domains
 ['payments']
@@ -13,12 +18,17 @@ would match every query that uses the word.
 from __future__ import annotations
 
 import json
+import os
 import re
+import sqlite3
+import threading
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import snowballstemmer
 
@@ -29,7 +39,7 @@ from .search import AccessScope, may_see
 from .sparse import only_stop_words
 from .text import first_line
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: the JSON file (``<collection>.l0.json``), read once and replaced
 
 # Scripts written without spaces between words: CJK ideographs, kana, Hangul-free East Asian
 # scripts and Southeast Asian scripts. Terms containing them match as substrings.
@@ -60,6 +70,29 @@ def _stem(word: str) -> str:
 
 _REPAIR = "delete it and ingest the knowledge base again to rebuild it"
 
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents(
+    doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, keywords TEXT NOT NULL, domains TEXT NOT NULL,
+    entities TEXT NOT NULL, access TEXT
+);
+CREATE TABLE IF NOT EXISTS terms(
+    key TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL, doc_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS terms_by_key ON terms(key);
+CREATE INDEX IF NOT EXISTS terms_by_document ON terms(doc_id);
+CREATE TABLE IF NOT EXISTS unspaced(
+    norm TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL, doc_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS unspaced_by_document ON unspaced(doc_id);
+CREATE TABLE IF NOT EXISTS lengths(
+    first TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY(first, n)
+) WITHOUT ROWID;
+"""
+_BATCH = 500  # ids per ``IN (...)``: under SQLite's limit on bound parameters
+_JSON = json.JSONEncoder(ensure_ascii=False).encode  # one encoder: json.dumps(..., kw) builds one a call
+_MAX_WORDS = 100_000  # first words whose term lengths a process keeps (then forgets them all)
+
 
 class L0IndexError(StoreBackendError, ValueError):
     """The L0 index file is corrupt or of another format version."""
@@ -85,129 +118,326 @@ class _Term:
 
 
 class L0Index:
-    """An in-memory hint index over document frontmatter, persisted as JSON next to the store."""
+    """A hint index over document frontmatter, in an SQLite database: in memory when built from
+    ``documents``, or the file :meth:`load` opened. Writes (:meth:`upsert`, :meth:`remove`) are
+    kept in one transaction until :meth:`save`; a crash before it leaves the file as it was.
+    One connection per index, shared by threads under a lock."""
 
     def __init__(self, documents: Iterable[L0Document] = ()) -> None:
-        self.documents: dict[str, L0Document] = {d.doc_id: d for d in documents}
+        self._open(_connect(":memory:"), None)
+        self.upsert(documents)
+
+    @classmethod
+    def _on_file(cls, connection: sqlite3.Connection, path: Path) -> L0Index:
+        index = cls.__new__(cls)
+        index._open(connection, path)
+        return index
+
+    def _open(self, connection: sqlite3.Connection, path: Path | None) -> None:
+        self._db, self._path = connection, path
+        self._lock = threading.RLock()
+        # first word -> the word counts of the terms it starts (none: it starts no term), read as
+        # queries use the words, for the database version read (PRAGMA data_version)
+        self._lengths: dict[str, tuple[int, ...]] = {}
+        self._lengths_version: int | None = None
+
+    @property
+    def documents(self) -> Mapping[str, L0Document]:
+        """The indexed documents by id, read from the database as they are asked for."""
+        return _Documents(self)
 
     def __len__(self) -> int:
-        return len(self.documents)
+        return self._one("SELECT count(*) FROM documents")[0]
 
     def upsert(self, documents: Iterable[L0Document]) -> None:
-        self.documents.update((d.doc_id, d) for d in documents)
-        self.__dict__.pop("_tables", None)
+        """Index ``documents``, replacing those of the same ids; an unchanged document is not
+        written again (an ingest passes every document of its corpus)."""
+        latest = list({d.doc_id: d for d in documents}.values())  # an id given twice: its last
+        with self._lock, _readable(self._path):
+            for batch in _batches(latest):
+                stored = self._rows(batch)
+                rows = {d.doc_id: (d, row) for d in batch if stored.get(d.doc_id) != (row := _row(d))}
+                self._delete(list(rows))
+                self._db.executemany(
+                    "INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?)", (r for _, r in rows.values())
+                )
+                spaced, unspaced = _term_rows(d for d, _ in rows.values())
+                self._db.executemany("INSERT INTO terms VALUES (?, ?, ?, ?)", spaced)
+                self._db.executemany("INSERT INTO unspaced VALUES (?, ?, ?, ?)", unspaced)
+                # a word count no term has any more is left: it costs a key lookup, never a match
+                lengths = {(key.split(" ", 1)[0], key.count(" ") + 1) for key, *_ in spaced}
+                self._db.executemany("INSERT OR IGNORE INTO lengths VALUES (?, ?)", lengths)
 
     def remove(self, doc_ids: Iterable[str]) -> None:
-        for doc_id in doc_ids:
-            self.documents.pop(doc_id, None)
-        self.__dict__.pop("_tables", None)
-
-    @cached_property
-    def _tables(self) -> tuple[dict[str, list[_Term]], dict[str, tuple[int, ...]], list[tuple[str, _Term]]]:
-        """Spaced terms keyed by their word sequence, the word counts of the terms each first
-        word starts (a query is looked up only at those lengths: a store of long titles would
-        otherwise cost every n-gram of every query), unspaced terms for substring scans."""
-        spaced: dict[str, list[_Term]] = {}
-        lengths: dict[str, set[int]] = {}
-        unspaced: list[tuple[str, _Term]] = []
-        for doc in self.documents.values():
-            for term in _terms(doc):
-                norm = normalize(term.text).strip()
-                if not norm:
-                    continue
-                if _UNSPACED.search(norm):
-                    unspaced.append((norm, term))
-                    continue
-                words = _words(norm)
-                if words and not (term.kind == "title" and only_stop_words(norm)):
-                    spaced.setdefault(" ".join(words), []).append(term)
-                    lengths.setdefault(words[0], set()).add(len(words))
-        return spaced, {word: tuple(sorted(ns)) for word, ns in lengths.items()}, unspaced
+        with self._lock, _readable(self._path):
+            for batch in _batches(list(doc_ids)):
+                self._delete(batch)
 
     def match(self, query: str, access: AccessScope | None = None) -> L0Hints:
         """The hints a query triggers among the documents a caller of ``access`` may see (``None``:
         every document); empty hints when nothing matches."""
-        spaced, lengths, unspaced = self._tables
         norm = normalize(query)
         words = _words(norm)
-        found: list[_Term] = []
-        for start, word in enumerate(words):
-            for n in lengths.get(word, ()):
-                if start + n > len(words):
-                    break
-                found.extend(spaced.get(" ".join(words[start : start + n]), ()))
-        found.extend(term for text, term in unspaced if text in norm)
+        with self._lock, _readable(self._path):
+            found = [_Term(*row) for row in self._spaced_matches(words)]
+            if _UNSPACED.search(norm):  # an unspaced term holds such a character
+                rows = self._db.execute("SELECT * FROM unspaced")
+                found += [_Term(kind, text, doc_id) for term, kind, text, doc_id in rows if term in norm]
+            documents = self._fields_of({term.doc_id for term in found}) if found else {}
         if access is not None:
-            found = [term for term in found if may_see(self.documents[term.doc_id].access, access)]
-        return self._hints(found)
+            found = [term for term in found if may_see(documents[term.doc_id].access, access)]
+        return _hints(found, documents)
 
-    def _hints(self, found: list[_Term]) -> L0Hints:
-        by_kind: dict[str, set[str]] = {"title": set(), "keyword": set(), "entity": set()}
-        domains: set[str] = set()
-        doc_ids: set[str] = set()
-        for term in found:
-            if term.kind == "domain":
-                domains.add(term.text)
-                continue
-            by_kind[term.kind].add(term.text)
-            doc_ids.add(term.doc_id)
-        for doc_id in doc_ids:
-            domains.update(d for d in self.documents[doc_id].domains if d.strip())
-        return L0Hints(
-            matched_titles=sorted(by_kind["title"]),
-            matched_keywords=sorted(by_kind["keyword"]),
-            domains=sorted(domains),
-            entities=sorted(by_kind["entity"]),
-            matched_doc_ids=sorted(doc_ids),
-        )
+    def _spaced_matches(self, words: list[str]) -> list[tuple[str, str, str]]:
+        """(kind, text, doc id) of the terms whose key is a run of the query's words: looked up
+        only at the word counts of the terms that start with each word."""
+        lengths = self._word_counts(list(dict.fromkeys(words)))
+        keys = list({
+            " ".join(words[start : start + n])
+            for start, word in enumerate(words)
+            for n in lengths[word]
+            if start + n <= len(words)
+        })[:_BATCH]  # fmt: skip
+        if not keys:
+            return []
+        sql = f"SELECT kind, text, doc_id FROM terms WHERE key IN ({_marks(keys)})"
+        return self._db.execute(sql, keys).fetchall()
+
+    def _word_counts(self, firsts: list[str]) -> dict[str, tuple[int, ...]]:
+        """The word counts of the terms each word starts, read from the database only for words
+        not read since it last changed (another process's commit shows in ``data_version``)."""
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._lengths_version or len(self._lengths) > _MAX_WORDS:
+            self._lengths, self._lengths_version = {}, version
+        missing = [word for word in firsts if word not in self._lengths]
+        for batch in _batches(missing):
+            counts: dict[str, list[int]] = {word: [] for word in batch}
+            for first, n in self._db.execute(
+                f"SELECT first, n FROM lengths WHERE first IN ({_marks(batch)})", batch
+            ):
+                counts[first].append(n)
+            self._lengths.update((word, tuple(sorted(ns))) for word, ns in counts.items())
+        return {word: self._lengths[word] for word in firsts}
 
     def save(self, path: str | Path) -> None:
-        """Write the index atomically as JSON."""
+        """Commit the writes to the file this index was loaded from, or write the whole index
+        to ``path`` atomically (a new file, or an in-memory index); a legacy JSON index beside
+        it is removed once its documents are in the database. Raises :class:`OSError` when the
+        file cannot be written (a full disk)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = {
-            "version": FORMAT_VERSION,
-            "documents": [_fields(d) for d in self.documents.values()],
-        }
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(path)
+        try:
+            with self._lock:
+                self._db.commit()
+                if self._path is None or self._path.resolve() != path.resolve():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_name(path.name + ".tmp")
+                    tmp.unlink(missing_ok=True)
+                    target = sqlite3.connect(tmp)
+                    try:
+                        self._db.backup(target)
+                    finally:
+                        target.close()
+                    os.replace(tmp, path)
+        except sqlite3.Error as exc:
+            raise OSError(f"cannot write the L0 index {path}: {first_line(exc)}") from exc
+        if (legacy := _legacy_path(path)) is not None:
+            legacy.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: str | Path) -> L0Index:
-        """Read a saved index; a missing file is an empty index, an unreadable one an
-        :class:`L0IndexError` that says how to repair it."""
+        """Open a saved index (reading nothing yet); a missing file is an empty index (or the
+        documents of a legacy JSON index beside it), an unreadable one an :class:`L0IndexError`
+        that says how to repair it."""
         path = Path(path)
         if not path.exists():
-            return cls()
-        try:
-            data = json.loads(path.read_bytes().decode("utf-8"))
-            version = data.get("version") if isinstance(data, dict) else None
-            if version != FORMAT_VERSION:
+            legacy = _legacy_path(path)
+            return cls(_legacy_documents(legacy)) if legacy is not None and legacy.exists() else cls()
+        with _readable(path):
+            connection = sqlite3.connect(f"file:{path}?mode=rw", uri=True, check_same_thread=False)
+            version = _format_version(connection)
+            if version != str(FORMAT_VERSION):
+                connection.close()
                 raise L0IndexError(
-                    f"L0 index {path} has format {version!r}, this release reads {FORMAT_VERSION}"
+                    f"L0 index {path} has format {version!r}, this release reads {FORMAT_VERSION}: {_REPAIR}"
                 )
-            return cls(
-                L0Document(
-                    doc_id=d["doc_id"],
-                    title=d["title"],
-                    keywords=tuple(d["keywords"]),
-                    domains=tuple(d["domains"]),
-                    entities=tuple(d["entities"]),
-                    access=None if d.get("access") is None else tuple(d["access"]),
-                )
-                for d in data["documents"]
+        return cls._on_file(connection, path)
+
+    def close(self) -> None:
+        """Close the database (uncommitted writes are dropped)."""
+        with self._lock:
+            self._db.close()
+
+    def _one(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
+        with self._lock, _readable(self._path):
+            return self._db.execute(sql, parameters).fetchone()
+
+    def _rows(self, documents: Sequence[L0Document]) -> dict[str, tuple]:
+        ids = [d.doc_id for d in documents]
+        if not ids:
+            return {}
+        rows = self._db.execute(f"SELECT * FROM documents WHERE doc_id IN ({_marks(ids)})", ids)
+        return {row[0]: row for row in rows}
+
+    def _fields_of(self, doc_ids: set[str]) -> dict[str, L0Document]:
+        documents: dict[str, L0Document] = {}
+        for batch in _batches(sorted(doc_ids)):
+            rows = self._db.execute(f"SELECT * FROM documents WHERE doc_id IN ({_marks(batch)})", batch)
+            documents.update((row[0], _document(row)) for row in rows)
+        return documents
+
+    def _delete(self, doc_ids: Sequence[str]) -> None:
+        self._lengths = {}  # this connection's writes do not change data_version
+        if doc_ids:
+            marks = _marks(doc_ids)
+            for table in ("documents", "terms", "unspaced"):
+                self._db.execute(f"DELETE FROM {table} WHERE doc_id IN ({marks})", doc_ids)
+
+
+class _Documents(Mapping[str, L0Document]):
+    """An index's documents by id, each read when asked for."""
+
+    def __init__(self, index: L0Index) -> None:
+        self._index = index
+
+    def __getitem__(self, doc_id: str) -> L0Document:
+        row = (
+            self._index._one("SELECT * FROM documents WHERE doc_id = ?", (doc_id,))
+            if isinstance(doc_id, str)
+            else None
+        )
+        if row is None:
+            raise KeyError(doc_id)
+        return _document(row)
+
+    def __iter__(self) -> Iterator[str]:
+        with self._index._lock, _readable(self._index._path):
+            ids = [row[0] for row in self._index._db.execute("SELECT doc_id FROM documents ORDER BY doc_id")]
+        return iter(ids)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
+def _connect(target: str) -> sqlite3.Connection:
+    connection = sqlite3.connect(target, check_same_thread=False)
+    connection.executescript(_SCHEMA)
+    connection.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(FORMAT_VERSION),))
+    connection.commit()
+    return connection
+
+
+def _format_version(connection: sqlite3.Connection) -> str | None:
+    """The format a database says it has; ``None`` for one that is not an L0 index."""
+    try:
+        row = connection.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
+    except sqlite3.OperationalError:  # no meta table
+        return None
+    return row[0] if row else None
+
+
+@contextmanager
+def _readable(path: Path | None) -> Iterator[None]:
+    """The database's errors as the store's: a file that is not an L0 index (or is damaged) an
+    :class:`L0IndexError` naming the repair; a busy, full or failing disk a
+    :class:`StoreBackendError` that says what happened."""
+    name = path or "(in memory)"
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "no such" in str(exc):  # a table or column this format has: not an L0 index
+            raise L0IndexError(f"L0 index {name} is unreadable ({first_line(exc)}): {_REPAIR}") from None
+        raise StoreBackendError(f"L0 index {name}: {first_line(exc)}") from None
+    except sqlite3.DatabaseError as exc:
+        raise L0IndexError(f"L0 index {name} is unreadable ({first_line(exc)}): {_REPAIR}") from None
+
+
+def _row(doc: L0Document) -> tuple:
+    """A document as its ``documents`` row (lists as JSON text)."""
+    access = None if doc.access is None else _JSON(doc.access)
+    return (doc.doc_id, doc.title, _JSON(doc.keywords), _JSON(doc.domains), _JSON(doc.entities), access)
+
+
+def _document(row: Sequence[Any]) -> L0Document:
+    doc_id, title, keywords, domains, entities, access = row
+    load = lambda text: tuple(json.loads(text))  # noqa: E731
+    return L0Document(
+        doc_id, title, load(keywords), load(domains), load(entities), None if access is None else load(access)
+    )
+
+
+def _term_rows(documents: Iterable[L0Document]) -> tuple[list[tuple], list[tuple]]:
+    """Rows of ``terms`` (match key: the term's words, stemmed, space-separated) and of
+    ``unspaced`` (the normalized term, matched as a substring) for the documents' terms. A title
+    of stop words alone is not indexed: it would match every query that uses the word."""
+    spaced, unspaced = [], []
+    for doc in documents:
+        for term in _terms(doc):
+            norm = normalize(term.text).strip()
+            if not norm:
+                continue
+            if _UNSPACED.search(norm):
+                unspaced.append((norm, term.kind, term.text, term.doc_id))
+                continue
+            words = _words(norm)
+            if words and not (term.kind == "title" and only_stop_words(norm)):
+                spaced.append((" ".join(words), term.kind, term.text, term.doc_id))
+    return spaced, unspaced
+
+
+def _hints(found: list[_Term], documents: Mapping[str, L0Document]) -> L0Hints:
+    by_kind: dict[str, set[str]] = {"title": set(), "keyword": set(), "entity": set()}
+    domains: set[str] = set()
+    doc_ids: set[str] = set()
+    for term in found:
+        if term.kind == "domain":
+            domains.add(term.text)
+            continue
+        by_kind[term.kind].add(term.text)
+        doc_ids.add(term.doc_id)
+    for doc_id in doc_ids:
+        domains.update(d for d in documents[doc_id].domains if d.strip())
+    return L0Hints(
+        matched_titles=sorted(by_kind["title"]),
+        matched_keywords=sorted(by_kind["keyword"]),
+        domains=sorted(domains),
+        entities=sorted(by_kind["entity"]),
+        matched_doc_ids=sorted(doc_ids),
+    )
+
+
+def _legacy_path(path: Path) -> Path | None:
+    """Where format 1 kept the index: ``<collection>.l0.json`` beside ``<collection>.l0.sqlite``."""
+    legacy = path.with_suffix(".json")
+    return None if legacy == path else legacy
+
+
+def _legacy_documents(path: Path) -> list[L0Document]:
+    """The documents of a format-1 JSON index (read until the next ingest writes the database)."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+        version = data.get("version") if isinstance(data, dict) else None
+        if version != 1:
+            raise L0IndexError(f"L0 index {path} has format {version!r}, this release reads {FORMAT_VERSION}")
+        return [
+            L0Document(
+                d["doc_id"], d["title"], tuple(d["keywords"]), tuple(d["domains"]), tuple(d["entities"]),
+                None if d.get("access") is None else tuple(d["access"]),
             )
-        except L0IndexError as exc:
-            raise L0IndexError(f"{exc}: {_REPAIR}") from None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise L0IndexError(f"L0 index {path} is unreadable ({first_line(exc)}): {_REPAIR}") from None
+            for d in data["documents"]
+        ]  # fmt: skip
+    except L0IndexError as exc:
+        raise L0IndexError(f"{exc}: {_REPAIR}") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise L0IndexError(f"L0 index {path} is unreadable ({first_line(exc)}): {_REPAIR}") from None
 
 
-def _fields(doc: L0Document) -> dict[str, object]:
-    """A document as its JSON object (``dataclasses.asdict`` deep-copies every field: 30x slower,
-    1.0 of the 1.7 s a save of 100,000 documents took)."""
-    return {field: getattr(doc, field) for field in L0Document.__slots__}
+def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), _BATCH):
+        yield items[start : start + _BATCH]
+
+
+def _marks(items: Sequence[Any]) -> str:
+    return ", ".join("?" * len(items))
 
 
 def _terms(doc: L0Document) -> Iterable[_Term]:

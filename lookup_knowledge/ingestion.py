@@ -397,12 +397,14 @@ def _update_l0(
 ) -> None:
     path = l0_index_path(config)
     index = L0Index.load(path)
-    index.upsert(
-        L0Document(d.doc_id, d.title, d.keywords, d.categories, d.entities, access[d.doc_id])
-        for d in documents
-    )
-    index.remove(gone)
     try:
+        index.upsert(  # writes only the documents whose hints changed
+            L0Document(d.doc_id, d.title, d.keywords, d.categories, d.entities, access[d.doc_id])
+            for d in documents
+        )
+        index.remove(gone)
         index.save(path)
     except OSError as exc:  # a full disk: the store holds the documents, the next run writes the index
         raise StoreUnavailableError(f"cannot write the L0 index {path}: {exc.strerror or exc}") from exc
+    finally:
+        index.close()

@@ -110,7 +110,7 @@ def _where(config: Config) -> str:
 
 def l0_index_path(config: Config) -> Path:
     """The L0 index file, persisted next to the store."""
-    return config.store.path / f"{config.store.collection}.l0.json"
+    return config.store.path / f"{config.store.collection}.l0.sqlite"
 
 
 def calibration_path(config: Config) -> Path:

@@ -191,7 +191,7 @@ def test_l0_index_is_written_next_to_the_store(sample: SampleIngest) -> None:
     path = l0_index_path(sample.config)
     assert path.is_file()
     assert path.parent == sample.config.store.path
-    assert path.name == "knowledge.l0.json"
+    assert path.name == "knowledge.l0.sqlite"
 
 
 def test_l0_index_reloads_with_the_documents_domains(sample: SampleIngest) -> None:

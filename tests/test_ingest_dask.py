@@ -5,7 +5,6 @@ reached is one line."""
 from __future__ import annotations
 
 import importlib.metadata
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from lookup_knowledge import ingest
 from lookup_knowledge.adapters import dask_cluster
 from lookup_knowledge.adapters.dask_cluster import ClusterUnavailableError, DaskEmbedder, connect
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
+from lookup_knowledge.adapters.l0_index import L0Document, L0Index
 from lookup_knowledge.adapters.qdrant_store import DENSE_VECTOR, SPARSE_VECTOR
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
@@ -181,8 +181,9 @@ def _points(records: list[Any]) -> dict[str, Point]:
     return points
 
 
-def l0_index(config: Config) -> Any:
-    return json.loads(l0_index_path(config).read_text(encoding="utf-8"))
+def l0_index(config: Config) -> dict[str, L0Document]:
+    """The L0 index's documents, every field of each."""
+    return dict(L0Index.load(l0_index_path(config)).documents)
 
 
 def test_a_scheduler_without_workers_is_refused_naming_the_wait() -> None:

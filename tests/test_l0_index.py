@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from lookup_knowledge.adapters.l0_index import L0Document, L0Hints, L0Index, normalize
+from lookup_knowledge.adapters.l0_index import L0Document, L0Hints, L0Index, L0IndexError, normalize
 
 KAFKA = L0Document(
     doc_id="kafka-runbook",
@@ -181,6 +184,14 @@ def test_upsert_replaces_a_document(index: L0Index) -> None:
     assert index.match("redpanda").matched_doc_ids == ["kafka-runbook"]
 
 
+def test_a_document_given_twice_in_one_upsert_is_indexed_as_last_given(index: L0Index) -> None:
+    first = L0Document("vault", "Vault Secrets", ("vault",), ("security",), ())
+    index.upsert([first, dataclasses.replace(first, keywords=("hashicorp",))])
+    assert index.documents["vault"].keywords == ("hashicorp",)
+    assert index.match("vault secrets").matched_doc_ids == ["vault"]  # by its title
+    assert index.match("hashicorp").matched_doc_ids == ["vault"] and index.match("the vault").is_empty
+
+
 def test_remove_forgets_a_document(index: L0Index) -> None:
     index.match("kafka")
     index.remove(["kafka-runbook", "not-there"])
@@ -189,7 +200,7 @@ def test_remove_forgets_a_document(index: L0Index) -> None:
 
 
 def test_save_and_load_round_trip(index: L0Index, tmp_path: Path) -> None:
-    path = tmp_path / "nested" / "knowledge.l0.json"
+    path = tmp_path / "nested" / "knowledge.l0.sqlite"
     index.upsert([L0Document("restricted", "Payroll Runbook", ("payroll",), ("hr",), (), access=("hr",))])
     index.save(path)
     loaded = L0Index.load(path)
@@ -199,22 +210,101 @@ def test_save_and_load_round_trip(index: L0Index, tmp_path: Path) -> None:
     assert not path.with_suffix(".json.tmp").exists()
 
 
-def test_saved_file_keeps_unicode_readable(index: L0Index, tmp_path: Path) -> None:
-    path = tmp_path / "l0.json"
+def test_saved_file_is_an_sqlite_database_that_keeps_unicode(index: L0Index, tmp_path: Path) -> None:
+    path = tmp_path / "knowledge.l0.sqlite"
     index.save(path)
-    text = path.read_text(encoding="utf-8")
-    assert "发票" in text
-    assert json.loads(text)["version"] == 1
+    with closing(sqlite3.connect(path)) as db:
+        titles = {row[0] for row in db.execute("SELECT title FROM documents")}
+        assert db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("2",)
+    assert "中国客户发票申请流程" in titles
 
 
 def test_missing_file_loads_as_empty_index(tmp_path: Path) -> None:
-    index = L0Index.load(tmp_path / "absent.l0.json")
+    index = L0Index.load(tmp_path / "absent.l0.sqlite")
     assert len(index) == 0
     assert index.match("kafka").is_empty
+    assert not (tmp_path / "absent.l0.sqlite").exists()  # reading creates nothing
 
 
-def test_unknown_format_version_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "l0.json"
-    path.write_text(json.dumps({"version": 99, "documents": []}), encoding="utf-8")
-    with pytest.raises(ValueError, match="format"):
+def test_unknown_format_version_is_refused(index: L0Index, tmp_path: Path) -> None:
+    path = tmp_path / "l0.sqlite"
+    index.save(path)
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'version'")
+    with pytest.raises(L0IndexError, match="format '?99'?.*ingest the knowledge base again"):
         L0Index.load(path)
+
+
+@pytest.mark.parametrize(
+    "content", [b"not a database at all", b'{"version": 1, "documents": []}', b"\xff" * 4096]
+)
+def test_a_file_that_is_not_an_l0_database_is_refused_naming_the_repair(
+    tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "l0.sqlite"
+    path.write_bytes(content)
+    with pytest.raises(L0IndexError, match="ingest the knowledge base again"):
+        L0Index.load(path).match("kafka")
+
+
+def test_saved_writes_reach_the_file_and_unsaved_ones_do_not(index: L0Index, tmp_path: Path) -> None:
+    path = tmp_path / "l0.sqlite"
+    index.save(path)
+    on_file = L0Index.load(path)
+    on_file.upsert([L0Document("vault", "Vault Secrets", ("vault",), ("security",), ())])
+    on_file.remove(["kafka-runbook"])
+    assert on_file.match("vault").matched_doc_ids == ["vault"]  # its own writes, before the save
+    assert sorted(L0Index.load(path).documents) == sorted(index.documents)  # another reader: not yet
+    on_file.save(path)
+    reread = L0Index.load(path)
+    assert reread.match("vault").matched_doc_ids == ["vault"] and "kafka-runbook" not in reread.documents
+    unsaved = L0Index.load(path)
+    unsaved.upsert([L0Document("lost", "Lost Runbook", ("lost",), (), ())])
+    unsaved.close()  # as a crash before the save
+    assert "lost" not in L0Index.load(path).documents
+
+
+def test_a_reader_sees_what_another_connection_saved_after_its_own_matches(
+    index: L0Index, tmp_path: Path
+) -> None:
+    """A serving process keeps the word counts its matches read; another process's save
+    (an ingest) makes it read them again."""
+    path = tmp_path / "l0.sqlite"
+    index.save(path)
+    reader = L0Index.load(path)
+    assert reader.match("rotate the vault token").is_empty  # "vault" starts no term: known to it
+    writer = L0Index.load(path)
+    writer.upsert([L0Document("vault", "Vault Secrets", ("vault token",), ("security",), ())])
+    writer.save(path)
+    assert reader.match("rotate the vault token").matched_doc_ids == ["vault"]
+    writer.remove(["vault"])
+    assert reader.match("rotate the vault token").matched_doc_ids == ["vault"]  # not saved yet
+    writer.save(path)
+    assert reader.match("rotate the vault token").is_empty
+
+
+def test_an_unchanged_document_is_not_written_again(index: L0Index, tmp_path: Path) -> None:
+    path = tmp_path / "l0.sqlite"
+    index.save(path)
+    before = path.stat().st_mtime_ns, path.read_bytes()
+    again = L0Index.load(path)
+    again.upsert(list(index.documents.values()))  # what an ingest of an unchanged corpus passes
+    again.save(path)
+    assert (path.stat().st_mtime_ns, path.read_bytes()) == before
+
+
+def test_a_legacy_json_index_is_read_until_the_next_save_replaces_it(index: L0Index, tmp_path: Path) -> None:
+    legacy = tmp_path / "knowledge.l0.json"
+    documents = [
+        {"doc_id": d.doc_id, "title": d.title, "keywords": list(d.keywords), "domains": list(d.domains),
+         "entities": list(d.entities), "access": d.access}
+        for d in index.documents.values()
+    ]  # fmt: skip
+    legacy.write_text(json.dumps({"version": 1, "documents": documents}), encoding="utf-8")
+    path = tmp_path / "knowledge.l0.sqlite"
+    read = L0Index.load(path)
+    assert dict(read.documents) == dict(index.documents)
+    assert read.match("kafka").matched_doc_ids == ["kafka-runbook"]
+    read.save(path)
+    assert path.is_file() and not legacy.exists()
+    assert dict(L0Index.load(path).documents) == dict(index.documents)
