@@ -6,9 +6,10 @@ written without spaces. A title made only of stop words ("In", "Where") is not m
 would match every query that uses the word.
 
 The index is an SQLite database next to the store (``<collection>.l0.sqlite``): each document's
-fields, and its terms by match key, so that an ingest writes only the documents that changed, a
-process opens the index without reading it, and a match reads only the keys its query holds
-(docs/benchmarks.md, "Scale": the JSON file it replaced was read, rewritten and prepared whole).
+fields, and its terms by match key, so that an ingest writes only the documents that changed (to
+a copy it moves over the file), a process opens the index without reading it, and a match reads
+only the keys its query holds (docs/benchmarks.md, "Scale": the JSON file it replaced was read,
+rewritten and prepared whole).
 
 >>> index = L0Index([L0Document("refunds", "Refund Policy", ("chargeback",), ("payments",), ())])
 >>> index.match("Who approves Chargebacks?").domains
@@ -119,9 +120,12 @@ class _Term:
 
 class L0Index:
     """A hint index over document frontmatter, in an SQLite database: in memory when built from
-    ``documents``, or the file :meth:`load` opened. Writes (:meth:`upsert`, :meth:`remove`) are
-    kept in one transaction until :meth:`save`; a crash before it leaves the file as it was.
-    One connection per index, shared by threads under a lock."""
+    ``documents``, or the file :meth:`load` opened. The file is never written in place: the first
+    write that changes something (:meth:`upsert`, :meth:`remove`) goes to a copy beside it, which
+    :meth:`save` moves over it, so readers in other processes never wait on a writer and see a
+    new version only when they load the file again (a new inode: what a serving tool watches), and
+    a crash before the save leaves the file as it was. One connection per index, shared by threads
+    under a lock."""
 
     def __init__(self, documents: Iterable[L0Document] = ()) -> None:
         self._open(_connect(":memory:"), None)
@@ -135,11 +139,11 @@ class L0Index:
 
     def _open(self, connection: sqlite3.Connection, path: Path | None) -> None:
         self._db, self._path = connection, path
+        self._copy: Path | None = None  # the copy of the file that holds this index's writes
         self._lock = threading.RLock()
         # first word -> the word counts of the terms it starts (none: it starts no term), read as
-        # queries use the words, for the database version read (PRAGMA data_version)
+        # queries use the words (the database changes only through this index's own writes)
         self._lengths: dict[str, tuple[int, ...]] = {}
-        self._lengths_version: int | None = None
 
     @property
     def documents(self) -> Mapping[str, L0Document]:
@@ -157,6 +161,8 @@ class L0Index:
             for batch in _batches(latest):
                 stored = self._rows(batch)
                 rows = {d.doc_id: (d, row) for d in batch if stored.get(d.doc_id) != (row := _row(d))}
+                if not rows:
+                    continue
                 self._delete(list(rows))
                 self._db.executemany(
                     "INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?)", (r for _, r in rows.values())
@@ -171,7 +177,7 @@ class L0Index:
     def remove(self, doc_ids: Iterable[str]) -> None:
         with self._lock, _readable(self._path):
             for batch in _batches(list(doc_ids)):
-                self._delete(batch)
+                self._delete(list(self._rows_of(batch)))
 
     def match(self, query: str, access: AccessScope | None = None) -> L0Hints:
         """The hints a query triggers among the documents a caller of ``access`` may see (``None``:
@@ -205,39 +211,37 @@ class L0Index:
 
     def _word_counts(self, firsts: list[str]) -> dict[str, tuple[int, ...]]:
         """The word counts of the terms each word starts, read from the database only for words
-        not read since it last changed (another process's commit shows in ``data_version``)."""
-        version = self._db.execute("PRAGMA data_version").fetchone()[0]
-        if version != self._lengths_version or len(self._lengths) > _MAX_WORDS:
-            self._lengths, self._lengths_version = {}, version
+        not read since this index last wrote."""
+        if len(self._lengths) > _MAX_WORDS:
+            self._lengths = {}
         missing = [word for word in firsts if word not in self._lengths]
         for batch in _batches(missing):
             counts: dict[str, list[int]] = {word: [] for word in batch}
-            for first, n in self._db.execute(
-                f"SELECT first, n FROM lengths WHERE first IN ({_marks(batch)})", batch
-            ):
+            sql = f"SELECT first, n FROM lengths WHERE first IN ({_marks(batch)})"
+            for first, n in self._db.execute(sql, batch):
                 counts[first].append(n)
             self._lengths.update((word, tuple(sorted(ns))) for word, ns in counts.items())
         return {word: self._lengths[word] for word in firsts}
 
     def save(self, path: str | Path) -> None:
-        """Commit the writes to the file this index was loaded from, or write the whole index
-        to ``path`` atomically (a new file, or an in-memory index); a legacy JSON index beside
-        it is removed once its documents are in the database. Raises :class:`OSError` when the
-        file cannot be written (a full disk)."""
+        """Write the index to ``path`` atomically: the copy holding this index's writes moved over
+        the file it was loaded from (nothing written: nothing to do), or the whole index copied
+        there (a new file, an in-memory index). A legacy JSON index beside it is removed then.
+        Raises :class:`OSError` when the file cannot be written (a full disk)."""
         path = Path(path)
         try:
             with self._lock:
                 self._db.commit()
-                if self._path is None or self._path.resolve() != path.resolve():
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = path.with_name(path.name + ".tmp")
-                    tmp.unlink(missing_ok=True)
-                    target = sqlite3.connect(tmp)
-                    try:
-                        self._db.backup(target)
-                    finally:
-                        target.close()
-                    os.replace(tmp, path)
+                if (
+                    self._copy is not None
+                    and self._path is not None
+                    and self._path.resolve() == path.resolve()
+                ):
+                    os.replace(self._copy, path)  # the connection stays on it, now at ``path``
+                    self._copy = None
+                elif self._path is None or self._path.resolve() != path.resolve():
+                    _copied(self._db, path.with_name(path.name + ".tmp")).close()
+                    os.replace(path.with_name(path.name + ".tmp"), path)
         except sqlite3.Error as exc:
             raise OSError(f"cannot write the L0 index {path}: {first_line(exc)}") from exc
         if (legacy := _legacy_path(path)) is not None:
@@ -253,7 +257,7 @@ class L0Index:
             legacy = _legacy_path(path)
             return cls(_legacy_documents(legacy)) if legacy is not None and legacy.exists() else cls()
         with _readable(path):
-            connection = sqlite3.connect(f"file:{path}?mode=rw", uri=True, check_same_thread=False)
+            connection = _open_file(path)
             version = _format_version(connection)
             if version != str(FORMAT_VERSION):
                 connection.close()
@@ -263,9 +267,12 @@ class L0Index:
         return cls._on_file(connection, path)
 
     def close(self) -> None:
-        """Close the database (uncommitted writes are dropped)."""
+        """Close the database; writes not saved are dropped (with the copy that held them)."""
         with self._lock:
             self._db.close()
+            if self._copy is not None:
+                self._copy.unlink(missing_ok=True)
+                self._copy = None
 
     def _one(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
         with self._lock, _readable(self._path):
@@ -285,9 +292,24 @@ class L0Index:
             documents.update((row[0], _document(row)) for row in rows)
         return documents
 
+    def _rows_of(self, doc_ids: Sequence[str]) -> set[str]:
+        """Which of ``doc_ids`` the index holds."""
+        if not doc_ids:
+            return set()
+        rows = self._db.execute(f"SELECT doc_id FROM documents WHERE doc_id IN ({_marks(doc_ids)})", doc_ids)
+        return {row[0] for row in rows}
+
+    def _writable(self) -> None:
+        """Before the first write of a loaded index: continue on a copy of its file."""
+        if self._path is not None and self._copy is None:
+            source, self._copy = self._db, self._path.with_name(self._path.name + ".tmp")
+            self._db = _copied(source, self._copy)
+            source.close()
+
     def _delete(self, doc_ids: Sequence[str]) -> None:
-        self._lengths = {}  # this connection's writes do not change data_version
         if doc_ids:
+            self._writable()
+            self._lengths = {}
             marks = _marks(doc_ids)
             for table in ("documents", "terms", "unspaced"):
                 self._db.execute(f"DELETE FROM {table} WHERE doc_id IN ({marks})", doc_ids)
@@ -326,11 +348,28 @@ def _connect(target: str) -> sqlite3.Connection:
     return connection
 
 
+def _open_file(path: Path) -> sqlite3.Connection:
+    """A connection to an existing index file (never creating one)."""
+    return sqlite3.connect(f"file:{path}?mode=rw", uri=True, check_same_thread=False)
+
+
+def _copied(source: sqlite3.Connection, target: Path) -> sqlite3.Connection:
+    """``source``'s database copied into a new file ``target`` (replacing one a crash left):
+    the copy's connection."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    copy = sqlite3.connect(target, check_same_thread=False)
+    source.backup(copy)
+    return copy
+
+
 def _format_version(connection: sqlite3.Connection) -> str | None:
     """The format a database says it has; ``None`` for one that is not an L0 index."""
     try:
         row = connection.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
-    except sqlite3.OperationalError:  # no meta table
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise  # busy, or a failing disk: not a verdict on the file
         return None
     return row[0] if row else None
 

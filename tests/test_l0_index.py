@@ -264,23 +264,25 @@ def test_saved_writes_reach_the_file_and_unsaved_ones_do_not(index: L0Index, tmp
     assert "lost" not in L0Index.load(path).documents
 
 
-def test_a_reader_sees_what_another_connection_saved_after_its_own_matches(
-    index: L0Index, tmp_path: Path
-) -> None:
-    """A serving process keeps the word counts its matches read; another process's save
-    (an ingest) makes it read them again."""
+def test_a_reader_keeps_its_version_while_a_writer_saves_a_new_one(index: L0Index, tmp_path: Path) -> None:
+    """Writes go to a copy moved over the file at the save: a reader (a serving process) never
+    waits on a writer (an ingest) and reads its version until it loads the file again."""
     path = tmp_path / "l0.sqlite"
     index.save(path)
     reader = L0Index.load(path)
-    assert reader.match("rotate the vault token").is_empty  # "vault" starts no term: known to it
+    assert reader.match("rotate the vault token").is_empty
     writer = L0Index.load(path)
     writer.upsert([L0Document("vault", "Vault Secrets", ("vault token",), ("security",), ())])
+    assert path.with_name("l0.sqlite.tmp").is_file()  # the copy that holds the write
+    inode = path.stat().st_ino
     writer.save(path)
-    assert reader.match("rotate the vault token").matched_doc_ids == ["vault"]
-    writer.remove(["vault"])
-    assert reader.match("rotate the vault token").matched_doc_ids == ["vault"]  # not saved yet
+    assert path.stat().st_ino != inode and not path.with_name("l0.sqlite.tmp").exists()
+    assert reader.match("rotate the vault token").is_empty  # its version
+    assert L0Index.load(path).match("rotate the vault token").matched_doc_ids == ["vault"]
+    writer.remove(["vault"])  # a second write after a save: a new copy
     writer.save(path)
-    assert reader.match("rotate the vault token").is_empty
+    assert L0Index.load(path).match("rotate the vault token").is_empty
+    assert writer.match("rotate the vault token").is_empty
 
 
 def test_an_unchanged_document_is_not_written_again(index: L0Index, tmp_path: Path) -> None:
