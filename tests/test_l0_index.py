@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lookup_knowledge.adapters import l0_index
 from lookup_knowledge.adapters.l0_index import L0Document, L0Hints, L0Index, L0IndexError, normalize
 
 KAFKA = L0Document(
@@ -190,6 +191,26 @@ def test_a_document_given_twice_in_one_upsert_is_indexed_as_last_given(index: L0
     assert index.documents["vault"].keywords == ("hashicorp",)
     assert index.match("vault secrets").matched_doc_ids == ["vault"]  # by its title
     assert index.match("hashicorp").matched_doc_ids == ["vault"] and index.match("the vault").is_empty
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Kafka consumers lagging on Confluent Cloud",
+        "what is in the pci dss scope for cardholder data",
+        "如何申请增值税专用发票",
+        "kafka operations runbook for payments",
+        "nothing here matches",
+    ],
+)
+def test_an_index_too_large_for_memory_matches_from_the_database_alike(
+    index: L0Index, query: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = [index.match(query), index.match(query, ("public",))]
+    monkeypatch.setattr(l0_index, "_MEMORY_TERMS", 0)
+    large = L0Index([KAFKA, PCI, FAPIAO])
+    assert [large.match(query), large.match(query, ("public",))] == expected
+    assert large._small_table() is None  # it asked the database
 
 
 def test_remove_forgets_a_document(index: L0Index) -> None:
