@@ -184,7 +184,7 @@ class L0Index:
     def remove(self, doc_ids: Iterable[str]) -> None:
         with self._lock, _readable(self._path):
             for batch in _batches(list(doc_ids)):
-                self._delete(list(self._rows_of(batch)))
+                self._delete(list(self._held(batch)))
 
     def match(self, query: str, access: AccessScope | None = None) -> L0Hints:
         """The hints a query triggers among the documents a caller of ``access`` may see (``None``:
@@ -327,7 +327,7 @@ class L0Index:
             documents.update((row[0], _document(row)) for row in rows)
         return documents
 
-    def _rows_of(self, doc_ids: Sequence[str]) -> set[str]:
+    def _held(self, doc_ids: Sequence[str]) -> set[str]:
         """Which of ``doc_ids`` the index holds."""
         if not doc_ids:
             return set()
