@@ -479,6 +479,12 @@ def _hints(found: list[_Term], documents: Mapping[str, L0Document]) -> L0Hints:
     )
 
 
+def index_saved(path: str | Path) -> bool:
+    """Whether an index was saved at ``path`` (or, before format 2, as JSON beside it)."""
+    path = Path(path)
+    return path.is_file() or ((legacy := _legacy_path(path)) is not None and legacy.is_file())
+
+
 def _legacy_path(path: Path) -> Path | None:
     """Where format 1 kept the index: ``<collection>.l0.json`` beside ``<collection>.l0.sqlite``."""
     legacy = path.with_suffix(".json")

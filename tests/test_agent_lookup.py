@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import logging
@@ -21,6 +22,7 @@ from lookup_knowledge.agent.tool_definition import (
 )
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
+from lookup_knowledge.stores import l0_index_path
 
 REFUND_QUERY = "Who must approve a refund above 500 EUR?"
 KAFKA_QUERY = "kafka consumer lag"
@@ -248,3 +250,16 @@ def test_cli_query_without_a_session_is_recorded_under_a_session_of_its_own(stor
     sessions = [row.session_id for row in rows]
     assert all(session and session.startswith("cli-") for session in sessions)
     assert len(set(sessions)) == 2
+
+
+def test_closing_the_tool_closes_its_l0_index_and_drops_unsaved_writes(
+    store_config: Config, embedder: SentenceTransformerEmbedder
+) -> None:
+    path = l0_index_path(store_config)
+    before = path.read_bytes()
+    with KnowledgeTool(store_config, embedder=embedder) as tool:
+        doc = next(iter(tool.l0_index.documents.values()))
+        tool.l0_index.upsert([dataclasses.replace(doc, keywords=(*doc.keywords, "unsaved-term"))])
+        assert path.with_name(path.name + ".tmp").is_file()  # the copy that holds the write
+    assert not list(path.parent.glob(path.name + ".tmp*"))  # neither the copy nor its journal left
+    assert path.read_bytes() == before

@@ -274,10 +274,13 @@ class KnowledgeTool:
         self._static_inputs = {**self._static_inputs, "l0_index": self.l0_index}
 
     def close(self) -> None:
-        """Release the store this tool opened."""
+        """Release the store and the L0 index this tool opened (writes to that index not saved
+        are dropped, with the copy of its file that held them)."""
         if self._owned_store is not None:
             self._owned_store.close()
             self._owned_store = None
+        if self._l0_from_file:
+            self.l0_index.close()
 
     def __enter__(self) -> KnowledgeTool:
         return self

@@ -22,6 +22,7 @@ from lookup_knowledge.adapters.corpus import CorpusError
 from lookup_knowledge.adapters.dask_cluster import ClusterUnavailableError
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.errors import StoreError, StoreLockedError
+from lookup_knowledge.adapters.l0_index import index_saved
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
 from lookup_knowledge.agent.invocation_row import invocation_row
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
@@ -297,7 +298,7 @@ def _record_unrun(settings: Config, text: str, session: str | None, result: Look
     """A call answered before the store opened (rejected, or the store unavailable) is still
     recorded; into the default SQLite file only where a knowledge store was ingested, so a
     mistyped ``store.path`` creates nothing."""
-    if settings.recorder.url is None and not l0_index_path(settings).is_file():
+    if settings.recorder.url is None and not index_saved(l0_index_path(settings)):
         return
     recorder = build_recorder(settings)
     try:

@@ -148,3 +148,10 @@ def test_a_rejected_query_creates_nothing_where_store_path_points(tmp_path: Path
     outcome = CliRunner().invoke(app, ["query", "\u200b", "--set", f"store.path={target}"])
     assert outcome.exit_code == 2 and "invalid query" in outcome.stderr
     assert not list(target.iterdir())  # no invocations.sqlite where no store was ingested
+
+
+def test_a_rejected_query_on_a_store_ingested_before_sqlite_l0_is_recorded(tmp_path: Path) -> None:
+    (tmp_path / "knowledge.l0.json").write_text('{"documents": []}', encoding="utf-8")  # format 1
+    outcome = CliRunner().invoke(app, ["query", "\u200b", "--set", f"store.path={tmp_path}"])
+    assert outcome.exit_code == 2 and "invalid query" in outcome.stderr
+    assert (tmp_path / "invocations.sqlite").is_file()  # recorded, as for a store ingested since
