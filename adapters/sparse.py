@@ -149,14 +149,22 @@ class Bm25Encoder:
         for term, index in query_terms.items():  # longest first: a whole comes before its parts
             if index not in held:
                 continue
-            if _CJK_RUN.fullmatch(term):
+            cjk, words = _term_shape(term)
+            if cjk:
                 if any(term in whole for whole in matched):
                     continue
             elif term in parts:
                 continue
             matched.append(term)
-            parts.update(_IDENTIFIER_SEPARATORS.split(term.lstrip("-")))
+            parts.update(words)
         return matched
+
+
+@lru_cache(maxsize=WORDS_KEPT)
+def _term_shape(term: str) -> tuple[bool, tuple[str, ...]]:
+    """Whether a query term is a CJK run, and its words (an identifier's parts): read for every
+    term each hit holds, so kept per term."""
+    return _CJK_RUN.fullmatch(term) is not None, tuple(_IDENTIFIER_SEPARATORS.split(term.lstrip("-")))
 
 
 def held_as_written(text: str, term: str) -> bool:
