@@ -147,7 +147,14 @@ class QdrantClientStore(QdrantStore):
         queries = [query for request in requests for query in engine_queries(request)]
         with self._errors("search" if len(requests) == 1 else "batch search"):
             responses = iter(self._client.query_batch_points(self.collection, requests=queries))
-        return found_hits(requests, (r.points for r in responses), self._cosines, self._matching)
+        points = (r.points for r in responses)
+        return found_hits(requests, points, self._cosines, self._matching, self._ranked_again)
+
+    def _ranked_again(self, requests: Sequence[SearchRequest]) -> list[list[Any]]:
+        """The ranked query alone of each request (one round trip): a search fused again."""
+        with self._errors("search"):
+            queries = [engine_queries(r)[0] for r in requests]
+            return [r.points for r in self._client.query_batch_points(self.collection, requests=queries)]
 
     def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[Any, float]]:
         """The dense scores of the points each request still lacks, from their stored vectors

@@ -162,7 +162,12 @@ class QdrantEdgeStore(QdrantStore):
         queries = [query for request in requests for query in engine_queries(request)]
         with backend_errors("search" if len(requests) == 1 else "batch search"):
             results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
-        return found_hits(requests, results, self._cosines, self._matching)
+        return found_hits(requests, results, self._cosines, self._matching, self._ranked_again)
+
+    def _ranked_again(self, requests: Sequence[SearchRequest]) -> list[list[Any]]:
+        """The ranked query alone of each request (one batch): a search fused again."""
+        with backend_errors("search"):
+            return self._shard.query_batch(qe.QueryBatchRequest([engine_queries(r)[0] for r in requests]))
 
     def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[Any, float]]:
         """The dense scores of the points each request still lacks, from their stored vectors

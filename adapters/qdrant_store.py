@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from lookup_knowledge.contract import FusionMethod
+
 from .errors import StoreBackendError
 from .payload import BREADCRUMB_FIELD, CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD, EMBEDDING_MODEL_FIELD
 from .search import AccessScope, KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
@@ -168,6 +170,7 @@ def hit_from_payload(
     sparse_rank: int | None = None,
     matched_terms: Sequence[str] = (),
     exact_codes: Sequence[str] = (),
+    fusion: FusionMethod | None = None,
 ) -> SearchHit:
     """Build a :class:`SearchHit` from a store's raw point (shared by both adapters); a dense
     search's ``score`` is its cosine."""
@@ -189,6 +192,7 @@ def hit_from_payload(
         sparse_rank=sparse_rank,
         matched_terms=tuple(matched_terms),
         exact_codes=tuple(exact_codes),
+        fusion=fusion,
     )
 
 
@@ -210,8 +214,11 @@ class ScoredPoints:
     pay for their text.
 
     BM25 and rank-fusion scores tie often (two hits first in one search and second in the
-    other); the engine breaks ties by chance, so equal scores are ordered by point id here,
-    among the ``ranked_width`` fetched (:data:`~.search.TIE_SLACK` more), before the cut to ``top_k``.
+    other; RRF scores the dense search's first and the sparse search's first alike when neither
+    is in the other list); the engine breaks ties by chance, so equal fused scores are ordered
+    by the better place in the BM25 search (the words the query names), then by point id, and
+    equal scores of one search by point id, among the ``ranked_width`` fetched
+    (:data:`~.search.TIE_SLACK` more), before the cut to ``top_k``.
     """
 
     def __init__(
@@ -226,15 +233,15 @@ class ScoredPoints:
             self.points = list(points)
             self.missing_cosines: list[Any] = []
             return
-        self.points = _untied(points)[: request.top_k]
         if request.mode == "sparse":
+            self.points = _untied(points)[: request.top_k]
             sparse_points = [(pid, score) for pid, score, *_ in self.points]
+        self._sparse_places = _places(sparse_points)
+        if request.mode == "hybrid":
+            self.points = _untied(points, self._sparse_places)[: request.top_k]
         dense = _untied(dense_points)
         self._dense_places = {pid: rank for rank, (pid, _) in enumerate(dense, start=1)}
         self._cosines = dict(dense)
-        self._sparse_places = {
-            pid: (rank, score) for rank, (pid, score) in enumerate(_untied(sparse_points), start=1)
-        }
         self.missing_cosines = [pid for pid, *_ in self.points if pid not in self._cosines]
 
     def hits(self, cosines: Mapping[Any, float] | None = None) -> list[SearchHit]:
@@ -275,6 +282,7 @@ class ScoredPoints:
                     sparse_rank=sparse_rank,
                     matched_terms=matched,
                     exact_codes=[code for code in codes if holds_identifier(content, code)] if codes else (),
+                    fusion=self.request.fusion if mode == "hybrid" else None,
                 )
             )
         return hits
@@ -285,20 +293,23 @@ def found_hits(
     results: Iterator[Iterable[Any]],
     ask_cosines: Callable[[list[ScoredPoints]], Iterable[dict[Any, float]]],
     stored: Callable[[SearchRequest], int],
+    ask_ranked: Callable[[list[SearchRequest]], Iterable[Iterable[Any]]],
 ) -> list[list[SearchHit]]:
     """Each request's hits from the engine's result lists, in the order the adapter sent the
     queries: the ranked one, then for hybrid its dense and sparse companions (points with
-    ``id``, ``score``, ``payload``, ``vector``). The cosines no search returned are asked of the
-    store in one more round trip for all requests (``ask_cosines``: the adapter reads those
-    points' dense vectors, :func:`stored_cosines`), only when some request lacks any; every list
-    is then checked by :func:`complete_hits` (``stored``: the store's point count under a
-    request's filters)."""
-    scored = []
-    for request in requests:
-        rows = [(p.id, p.score, p.payload, p.vector) for p in _ranked(request, next(results))]
-        companions = 2 if request.mode == "hybrid" else 0  # its dense and sparse searches alone
-        places = [[(p.id, p.score) for p in next(results)] for _ in range(companions)]
-        scored.append(ScoredPoints(request, rows, *places))
+    ``id``, ``score``, ``payload``, ``vector``). A hybrid search whose BM25 leg matched few
+    chunks (its sparse companion shows them all) is fused again by its ``few_matches_fusion``
+    (:meth:`~.search.SearchRequest.few_matches_search`; ``ask_ranked``: the adapter runs the
+    ranked query alone of each, in one more round trip for all). The cosines no search returned
+    are asked of the store in one more round trip for all requests (``ask_cosines``: the
+    adapter reads those points' dense vectors, :func:`stored_cosines`), only when some request
+    lacks any; every list is then checked by :func:`complete_hits` (``stored``: the store's
+    point count under a request's filters)."""
+    lists = _few_matches_fused([_lists(request, results) for request in requests], ask_ranked)
+    scored = [
+        ScoredPoints(request, _ranked(request, points, places[1] if places else ()), *places)
+        for request, points, places in lists
+    ]
     asking = [s for s in scored if s.missing_cosines]
     answers = iter(ask_cosines(asking) if asking else [])
     return [
@@ -306,14 +317,45 @@ def found_hits(
     ]
 
 
-def _ranked(request: SearchRequest, points: Iterable[Any]) -> list[Any]:
-    """The engine's ranked points a request keeps: a sparse or hybrid search's ``top_k`` of the
-    ``ranked_width`` fetched, ties cut by point id (:class:`ScoredPoints` cuts them again, from
-    the same ids and scores), so that only those kept have their payload and vectors read."""
-    points = list(points)
+Search = tuple[SearchRequest, Iterable[Any], list[list[tuple[Any, float]]]]  # ranked, companions
+
+
+def _lists(request: SearchRequest, results: Iterator[Iterable[Any]]) -> Search:
+    """A request's ranked list from the engine's results, and for hybrid its dense and sparse
+    companions' (id, score) places."""
+    ranked = next(results)
+    companions = 2 if request.mode == "hybrid" else 0
+    return request, ranked, [[(p.id, p.score) for p in next(results)] for _ in range(companions)]
+
+
+def _few_matches_fused(
+    searches: list[Search], ask_ranked: Callable[[list[SearchRequest]], Iterable[Iterable[Any]]]
+) -> list[Search]:
+    """The searches, those whose BM25 leg matched few chunks (their sparse companion's length)
+    fused again by their ``few_matches_fusion``: one round trip for all, none when none did."""
+    again = {
+        n: fused
+        for n, (request, _, places) in enumerate(searches)
+        if places and (fused := request.few_matches_search(len(places[1]))) is not None
+    }
+    searches = list(searches)
+    for n, ranked in zip(again, ask_ranked(list(again.values())) if again else (), strict=True):
+        searches[n] = (again[n], ranked, searches[n][2])
+    return searches
+
+
+def _ranked(
+    request: SearchRequest, points: Iterable[Any], sparse: Sequence[tuple[Any, float]] = ()
+) -> list[Point]:
+    """The engine's ranked points a request keeps, as (id, score, payload, vectors): a sparse or
+    hybrid search's ``top_k`` of the ``ranked_width`` fetched, ties cut as :class:`ScoredPoints`
+    cuts them again (a hybrid search's by the places in its ``sparse`` companion, then by point
+    id), so that only those kept have their payload and vectors read."""
     if request.mode == "dense":
-        return points
-    return [p for *_, p in _untied([(p.id, p.score, p) for p in points])[: request.top_k]]
+        return [(p.id, p.score, p.payload, p.vector) for p in points]
+    bm25 = _places(sparse) if request.mode == "hybrid" else None
+    kept = _untied([(p.id, p.score, p) for p in points], bm25)[: request.top_k]
+    return [(pid, score, p.payload, p.vector) for pid, score, p in kept]
 
 
 def dense_vector(point: Any) -> Sequence[float] | None:
@@ -353,8 +395,17 @@ def _doc_and_content(payload: Mapping[str, Any] | None) -> tuple[str, str] | Non
     return (doc_id, content) if doc_id and content else None
 
 
-def _untied(points: Sequence[Any]) -> list[Any]:
-    """Points (id, score, ...) best first, equal scores (to 6 decimals) by point id: the
+def _untied(points: Sequence[Any], bm25: Mapping[Any, tuple[int, float]] | None = None) -> list[Any]:
+    """Points (id, score, ...) best first, equal scores (to 6 decimals) by their ``bm25`` place
+    when given (a point the BM25 search did not rank after those it did), then by point id: the
     engine's ids, compared as they are (a store's ids are all UUIDs, whose order is that of
     their text, or all text)."""
-    return sorted(points, key=lambda p: (-round(p[1], 6), p[0]))
+    if bm25 is None:
+        return sorted(points, key=lambda p: (-round(p[1], 6), p[0]))
+    unranked = (math.inf, 0.0)
+    return sorted(points, key=lambda p: (-round(p[1], 6), bm25.get(p[0], unranked)[0], p[0]))
+
+
+def _places(points: Sequence[tuple[Any, float]]) -> dict[Any, tuple[int, float]]:
+    """Each point's (place from 1, score) in a search's list, ties cut by point id."""
+    return {pid: (rank, score) for rank, (pid, score) in enumerate(_untied(points), start=1)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lookup_knowledge.contract import FusionMethod, RetrievalMode
@@ -29,6 +29,7 @@ from .sparse import SparseVector
 
 PUBLIC_PRINCIPAL = "public"  # in a document's access: every caller; every restricted caller holds it
 TIE_SLACK = 8  # extra sparse/hybrid hits fetched so equal scores are cut by point id, not by chance
+DBSF_FULL_SCALE = 11  # the fewest scores whose best DBSF can rescale to 1: (1 - 1/n) * sqrt(n) >= 3
 
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
 
@@ -88,6 +89,15 @@ class SearchRequest:
     document id): the store sends no other payload and no BM25 vectors, so hits carry no
     content, chunk index, matched terms or codes (what a new access scope's first lookup
     spends on its probes: docs/trust.md).
+
+    ``few_matches_fusion``: how a hybrid search is fused when its BM25 leg matches fewer than
+    :data:`DBSF_FULL_SCALE` chunks, which its sparse companion then lists whole (``None``: by
+    ``fusion`` whatever the count). DBSF rescales each list to [0, 1] by its mean +- 3 standard
+    deviations; the best of n scores then reaches at most 0.5 + (1 - 1/n) * sqrt(n) / 6 (Qdrant
+    scores a single match 0.5), under 1 for n <= 10, while the dense list's best takes 0.8-1: the
+    one chunk that holds a rare identifier ranked under the dense search's best, whatever its
+    BM25 score. The store then fuses that search again, by this method
+    (:meth:`few_matches_search`).
     """
 
     query_text: str
@@ -100,6 +110,7 @@ class SearchRequest:
     prefetch_k: int | None = None
     access: AccessScope | None = None  # the caller's scope (:func:`access_scope`); None: unrestricted
     scores_only: bool = False
+    few_matches_fusion: FusionMethod | None = None
 
     def __post_init__(self) -> None:
         if self.mode != "dense" and self.sparse_vector is None:
@@ -114,6 +125,16 @@ class SearchRequest:
         """Hits a sparse or hybrid search fetches (``top_k`` + :data:`TIE_SLACK`), and the
         places a hybrid search's dense and sparse companions report."""
         return self.top_k + TIE_SLACK
+
+    def few_matches_search(self, sparse_matches: int) -> SearchRequest | None:
+        """This hybrid search fused by ``few_matches_fusion`` when its sparse companion listed
+        only ``sparse_matches`` chunks (at least one, fewer than :data:`DBSF_FULL_SCALE` and than
+        it could list: the whole BM25 leg); ``None``: its fusion stands."""
+        few = self.few_matches_fusion
+        if self.mode != "hybrid" or few in (None, self.fusion):
+            return None
+        listed_whole = sparse_matches < min(DBSF_FULL_SCALE, self.ranked_width)
+        return replace(self, fusion=few) if sparse_matches > 0 and listed_whole else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +167,7 @@ class SearchHit:
     sparse_rank: int | None = None
     matched_terms: tuple[str, ...] = ()
     exact_codes: tuple[str, ...] = ()
+    fusion: FusionMethod | None = None  # hybrid: how the store fused the search that ranked it
 
 
 @dataclass(frozen=True, slots=True)

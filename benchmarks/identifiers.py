@@ -78,7 +78,8 @@ def identifier_hits(tool: KnowledgeTool, questions: list[dict[str, str]]) -> dic
     rows, false_codes, coded = [], 0, 0
     for question in questions:
         identifier = question["identifier"]
-        blocks = tool.lookup(f"what does {identifier} do").evidence_blocks
+        result = tool.lookup(f"what does {identifier} do")
+        blocks = result.evidence_blocks
         holding = [holds_identifier(block.content, identifier) for block in blocks]
         for block in blocks:
             for reason in block.hit_reasons:
@@ -90,10 +91,11 @@ def identifier_hits(tool: KnowledgeTool, questions: list[dict[str, str]]) -> dic
             "page": any(block.doc_id == question["doc_id"] for block in blocks),
             "chunk": any(holding),
             "first": bool(holding) and holding[0],
+            "found": result.found,
         })  # fmt: skip
     return {
         "questions": len(rows),
-        **{measure: _share(rows, measure) for measure in ("page", "chunk", "first")},
+        **{measure: _share(rows, measure) for measure in ("page", "chunk", "first", "found")},
         "by_kind": {
             kind: {"questions": count, "chunk": _share([r for r in rows if r["kind"] == kind], "chunk")}
             for kind, count in sorted(Counter(r["kind"] for r in rows).items())

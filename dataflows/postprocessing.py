@@ -120,7 +120,7 @@ def _signal_reasons(hit: SearchHit, place: int, retrieval_mode: str, fusion: str
         terms = f" ({', '.join(_shown_terms(hit))})" if hit.matched_terms else ""
         reasons.append(f"vector:sparse rank {hit.sparse_rank}{terms}")
     if retrieval_mode == "hybrid":
-        reasons.append(f"fused rank {place} ({fusion})")
+        reasons.append(f"fused rank {place} ({hit.fusion or fusion})")
     return reasons + [f"exact_code:{code}" for code in hit.exact_codes]
 
 
@@ -257,13 +257,15 @@ def evidence_cuts(screened_df: pd.DataFrame, deduped_df: pd.DataFrame) -> Eviden
 
 
 def reranked_df(deduped_df: pd.DataFrame, rerank_weights: RerankConfig) -> pd.DataFrame:
-    """Rule-based rerank: weighted rank score plus recorded boosts; deterministic tie-breaks."""
+    """Rule-based rerank: weighted rank score plus recorded boosts; ties keep the store's order
+    (rank fusion ties often: two hits first in one search and second in the other), then go
+    by evidence key."""
     scored = []
     for candidate in records(deduped_df):
         boosts = _boosts(candidate["l0_matches"], candidate["doc_type"], rerank_weights)
         score = rerank_weights.vector * candidate["rank_score"] + sum(c for _, c in boosts)
         scored.append({**candidate, "boosts": boosts, "rerank_score": score})
-    scored.sort(key=lambda c: (-c["rerank_score"], -c["rank_score"], c["evidence_key"]))
+    scored.sort(key=lambda c: (-c["rerank_score"], -c["rank_score"], c["original_rank"], c["evidence_key"]))
     for rank, candidate in enumerate(scored, start=1):
         candidate["rank"] = rank
     return object_frame(scored, RERANK_COLUMNS)

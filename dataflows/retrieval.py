@@ -103,10 +103,12 @@ class FallbackDecision:
 @dataclass(frozen=True, slots=True)
 class HybridFusion:
     """How a hybrid search fuses its dense and sparse prefetches (``retrieval.fusion``,
-    ``retrieval.prefetch_k``)."""
+    ``retrieval.prefetch_k``, ``retrieval.few_matches_fusion``: the method for a search whose
+    BM25 leg matches too few chunks for DBSF's statistics, :class:`SearchRequest`)."""
 
     method: FusionMethod = "dbsf"
     prefetch_k: int | None = None
+    few_matches: FusionMethod | None = "rrf"
 
 
 @config.when(l1_enabled=True, retrieval_mode="dense")
@@ -153,6 +155,7 @@ def search_request__hybrid(
         fusion=hybrid_fusion.method,
         prefetch_k=hybrid_fusion.prefetch_k,
         access=access_scope,
+        few_matches_fusion=hybrid_fusion.few_matches,
     )
 
 

@@ -209,10 +209,10 @@ class ProbeCalibration:
         self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
     ) -> ProbeNull:
         """The null of the probes in the request's script, for searches shaped like it (mode,
-        fusion, width, and the caller's access: the probes search only what it may see); a failed
+        fusions, width, and the caller's access: the probes search only what it may see); a failed
         measurement raises and is tried again at the next lookup."""
-        shape = (id(search_port), request.mode, request.fusion, request.prefetch_k, request.top_k)
-        shape += (request.access,)
+        shape = (id(search_port), request.mode, request.fusion, request.few_matches_fusion)
+        shape += (request.prefetch_k, request.top_k, request.access)
         script = script_of(request.query_text)
         with self._lock:
             entry, generation = self._nulls.get(shape), self._generation
@@ -240,7 +240,7 @@ class ProbeCalibration:
             return self._measure(request, search_port, embedder)
         key = json.dumps([
             embedder.model_name, request.mode, request.fusion, request.prefetch_k, request.top_k,
-            request.access, self._probes_digest, OWN_QUESTIONS,
+            request.access, self._probes_digest, OWN_QUESTIONS, request.few_matches_fusion,
         ])  # fmt: skip
         version = self.kept.version()
         if (known := self.kept.get(key, version)) is None:

@@ -117,6 +117,7 @@ class ToggleConfig(_Section):
 class RetrievalConfig(_Section):
     mode: RetrievalMode = "hybrid"
     fusion: FusionMethod = "dbsf"
+    few_matches_fusion: FusionMethod | None = "rrf"
     prefetch_k: int | None = Field(200, ge=1, le=1000)
     retrieve_k: int | None = Field(None, ge=1, le=1000)
     return_n: int | None = Field(None, ge=1, le=1000)

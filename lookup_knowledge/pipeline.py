@@ -153,7 +153,9 @@ def settings_inputs(config: Config) -> dict[str, Any]:
             sparse_score_ratio=retrieval_config.fallback_sparse_ratio,
             reference_threshold=retrieval_config.reference_threshold,
         ),
-        "hybrid_fusion": HybridFusion(retrieval_config.fusion, retrieval_config.prefetch_k),
+        "hybrid_fusion": HybridFusion(
+            retrieval_config.fusion, retrieval_config.prefetch_k, retrieval_config.few_matches_fusion
+        ),
         "min_evidence_score": retrieval_config.min_evidence_score,
         "relative_evidence_floor": retrieval_config.relative_evidence_floor,
         "max_chunks_per_document": retrieval_config.max_chunks_per_document,

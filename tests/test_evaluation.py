@@ -683,6 +683,10 @@ def test_settings_the_rule_in_force_never_reads_are_named() -> None:
         "dense"
         in inert_settings(dense, ["retrieval.fallback_sparse_ratio"])["retrieval.fallback_sparse_ratio"]
     )
+    few = ["retrieval.few_matches_fusion"]
+    assert inert_settings(relative, few) == {}
+    assert set(inert_settings(dense, few)) == set(few)
+    assert set(inert_settings(load_config(overrides={"retrieval.fusion": "rrf"}), few)) == set(few)
 
 
 def test_sweeping_the_fallback_ratio_moves_the_sample_set_under_wrong_pins(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.qdrant_store import SPARSE_VECTOR, ScoredPoints
 from lookup_knowledge.adapters.search import (
+    DBSF_FULL_SCALE,
     KnowledgeStore,
     SearchHit,
     SearchRequest,
@@ -504,7 +506,7 @@ def test_hybrid_hit_reasons_and_rerank_trace_show_each_signal(sample_kb, embedde
     assert any(r.startswith("vector:dense rank ") for r in reasons)
     sparse = next(r for r in reasons if r.startswith("vector:sparse rank "))
     assert "refund" in sparse and "500" in sparse  # the query terms it matched
-    assert any(r.startswith("fused rank ") and r.endswith("(dbsf)") for r in reasons)
+    assert any(r.startswith("fused rank ") and r.endswith(("(dbsf)", "(rrf)")) for r in reasons)
     assert block.fused_score == block.score and block.dense_score is not None
     assert block.normalized_score == pytest.approx(block.dense_score, abs=1e-6)
     entry = result.rerank_trace.entries[0]
@@ -664,19 +666,32 @@ _PLACE = re.compile(r"(?:vector:(dense|sparse)|(fused)) rank (\d+)(?: \((.*)\))?
 _SEARCH_OF = {"dense": "dense", "sparse": "sparse", "fused": "hybrid"}
 
 
-def _ranked_keys(tool: KnowledgeTool, query: str, mode: str, category: str | None) -> list[str]:
+def _ranked_keys(
+    tool: KnowledgeTool, query: str, mode: str, category: str | None, fusion: str | None = None
+) -> list[str]:
     """The evidence keys a search of ``mode`` ranks for ``query``, as deep as hit reasons count
-    places (the fused list ``retrieve_k``; the dense and sparse ones ``retrieve_k`` + 8)."""
+    places (the fused list ``retrieve_k``, by ``fusion`` alone; the dense and sparse ones
+    ``retrieve_k`` + 8)."""
     retrieval = tool.config.retrieval
     width = retrieval.effective_retrieve_k + (0 if mode == "hybrid" else 8)
     found = tool.search_port.search(
         SearchRequest(
             query, tool.embedder.embed_query(query).tolist(), width, category=category, mode=mode,
-            sparse_vector=bm25_encoder().embed_query(query), fusion=retrieval.fusion,
+            sparse_vector=bm25_encoder().embed_query(query), fusion=fusion or retrieval.fusion,
             prefetch_k=retrieval.prefetch_k,
         )
     )  # fmt: skip
     return [evidence_key(hit.doc_id, hit.chunk_index) for hit in found]
+
+
+def _fused_by(tool: KnowledgeTool, query: str, category: str | None, fusion: str) -> bool:
+    """Whether a hybrid search of ``query`` is fused by ``fusion``: the configured one, or the
+    few-matches one when its BM25 leg matches fewer than :data:`DBSF_FULL_SCALE` chunks."""
+    retrieval = tool.config.retrieval
+    if fusion == retrieval.fusion:
+        return True
+    matches = len(_ranked_keys(tool, query, "sparse", category))
+    return fusion == retrieval.few_matches_fusion and matches < DBSF_FULL_SCALE
 
 
 def _reason_is_true(tool: KnowledgeTool, kb: SampleKB, result: LookupResult, block, reason: str) -> bool:
@@ -691,7 +706,10 @@ def _reason_is_true(tool: KnowledgeTool, kb: SampleKB, result: LookupResult, blo
         filters = [
             attempts[r[len("vector:") :]].filter for r in block.hit_reasons if r[len("vector:") :] in attempts
         ]
-        ranked = [_ranked_keys(tool, result.query, _SEARCH_OF[search or fused], f) for f in filters]
+        if fused and not all(_fused_by(tool, result.query, f, terms) for f in filters):
+            return False
+        fusion = terms if fused else None
+        ranked = [_ranked_keys(tool, result.query, _SEARCH_OF[search or fused], f, fusion) for f in filters]
         held = set(
             bm25_encoder().embed_document(sparse_text(block.title, block.breadcrumb, block.content)).indices
         )
@@ -751,3 +769,73 @@ def test_every_hit_reason_is_true_of_its_block(sample_kb, identifier_kb, embedde
             assert false == [], query
             checked += sum(len(b.hit_reasons) for b in result.evidence_blocks)
     assert checked > 100  # the audit read real reasons, not an empty list
+
+
+# --- a BM25 leg of few matches: fused by rank, not by its absent statistics -------------------
+
+COLOUR_KB = {  # pages about background colours; one Sass template names `backgroundColor` once
+    f"colours-{n}.md": (
+        {"id": f"colours-{n}", "title": title},
+        f"# {title}\n\n{text} The background colour of a page sets the mood of the whole site.",
+    )
+    for n, (title, text) in enumerate([
+        ("Background colour", "Choose the background colour of your theme in its settings."),
+        ("Theme colours", "A theme defines a palette: the text colour and the background colour."),
+        ("Dark mode", "Dark mode swaps the background colour for a dark one at night."),
+        ("Page backgrounds", "A page may set its own background image or background colour."),
+        ("Colour settings", "What the background colour setting does: it paints behind the text."),
+        ("Contrast", "Pick a background colour that keeps the text readable."),
+        ("Brand colours", "The brand colours include the background colour of the header."),
+        ("Colour variables", "Colour variables hold the background colour and the accent colour."),
+    ])
+} | {
+    "asset-pipeline.md": (
+        {"id": "asset-pipeline", "title": "Asset pipeline"},
+        "# Asset pipeline\n\nAssets are minified, fingerprinted and bundled at build time; a "
+        "template turns a stylesheet into a resource before the bundler runs:\n\n"
+        '```scss\n$backgroundColor: {{ .Param "backgroundColor" }};\n```\n\nFingerprints change '
+        "whenever the bundled bytes change, so caches can keep them for a year.",
+    ),
+}  # fmt: skip
+
+colour_kb = knowledge_base_fixture("colour-kb", COLOUR_KB)
+COLOUR_QUERY = "what does backgroundColor do"
+
+
+def test_a_rare_identifier_held_by_one_chunk_ranks_it_first(colour_kb, embedder) -> None:
+    """BM25 matches one chunk (the only one holding `backgroundColor`): DBSF cannot rescale a list
+    of one (Qdrant scores it 0.5 whatever its BM25 score), so the search is fused by rank, and
+    the hit reason says so."""
+    tool = make_tool(colour_kb, embedder, l0__enabled=False)
+    first = tool.lookup(COLOUR_QUERY).evidence_blocks[0]
+    assert first.doc_id == "asset-pipeline"
+    assert "fused rank 1 (rrf)" in first.hit_reasons
+    assert "vector:sparse rank 1 (backgroundcolor)" in first.hit_reasons
+
+
+def test_without_the_few_matches_fusion_dbsf_ranks_the_only_match_under_the_dense_best(
+    colour_kb, embedder
+) -> None:
+    tool = make_tool(colour_kb, embedder, l0__enabled=False, retrieval__few_matches_fusion=None)
+    blocks = tool.lookup(COLOUR_QUERY).evidence_blocks
+    holder = next(b for b in blocks if b.doc_id == "asset-pipeline")
+    assert blocks[0].doc_id != "asset-pipeline"
+    assert any(r.startswith("fused rank ") and r.endswith("(dbsf)") for r in holder.hit_reasons)
+
+
+def test_a_search_whose_bm25_leg_is_full_keeps_its_fusion() -> None:
+    """DBSF rescales n scores by their mean +- 3 standard deviations: the best of 10 or fewer
+    stays under 1 (its ceiling 0.5 + (1 - 1/n) * sqrt(n) / 6), from 11 it can reach it."""
+    ceiling = [0.5 + (1 - 1 / n) * n**0.5 / 6 for n in range(2, DBSF_FULL_SCALE + 1)]
+    assert max(ceiling[:-1]) < 1 <= ceiling[-1]
+    request = SearchRequest(
+        "q", [1.0, 0.0], 20, mode="hybrid", sparse_vector=SparseVector((7,), (1.0,)), few_matches_fusion="rrf"
+    )
+    assert request.few_matches_search(request.ranked_width) is None  # a full companion: DBSF stands
+    assert request.few_matches_search(DBSF_FULL_SCALE) is None  # enough scores to rescale the best to 1
+    assert request.few_matches_search(DBSF_FULL_SCALE - 1).fusion == "rrf"
+    assert request.few_matches_search(0) is None  # BM25 matched nothing: nothing to weigh
+    assert request.few_matches_search(1).fusion == "rrf"
+    assert replace(request, few_matches_fusion=None).few_matches_search(1) is None
+    assert replace(request, fusion="rrf").few_matches_search(1) is None
+    assert replace(request, mode="sparse").few_matches_search(1) is None

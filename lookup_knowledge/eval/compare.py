@@ -116,6 +116,9 @@ def variant_config(
     return load_config(config_path, {**base_overrides, **variant.overrides})
 
 
+HYBRID_DBSF = ("hybrid", "dbsf")  # the searches retrieval.few_matches_fusion can change
+
+
 def inert_settings(config: Config, keys: Iterable[str]) -> dict[str, str]:
     """The keys that ``config`` never reads when it ranks or falls back, each with why."""
     retrieval = config.retrieval
@@ -132,6 +135,8 @@ def inert_settings(config: Config, keys: Iterable[str]) -> dict[str, str]:
                 reasons[key] += "; otherwise it sets only the relevance level, which no metric reads"
         elif key == "retrieval.fallback_sparse_ratio" and retrieval.mode == "dense":
             reasons[key] = f"{key} compares BM25 scores, and retrieval.mode is dense"
+        elif key == "retrieval.few_matches_fusion" and (retrieval.mode, retrieval.fusion) != HYBRID_DBSF:
+            reasons[key] = f"{key} changes only hybrid DBSF searches ({retrieval.mode}, {retrieval.fusion})"
     return reasons
 
 
