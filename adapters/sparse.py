@@ -164,7 +164,13 @@ class Bm25Encoder:
 def _term_shape(term: str) -> tuple[bool, tuple[str, ...]]:
     """Whether a query term is a CJK run, and its words (an identifier's parts): read for every
     term each hit holds, so kept per term."""
-    return _CJK_RUN.fullmatch(term) is not None, tuple(_IDENTIFIER_SEPARATORS.split(term.lstrip("-")))
+    return _CJK_RUN.fullmatch(term) is not None, identifier_parts(term)
+
+
+def identifier_parts(identifier: str) -> tuple[str, ...]:
+    """An identifier's words as written between its separators (``os.PathError``: ``os``,
+    ``PathError``; ``--dry-run``: ``dry``, ``run``)."""
+    return tuple(part for part in _IDENTIFIER_SEPARATORS.split(identifier.lstrip("-")) if part)
 
 
 def held_as_written(text: str, term: str) -> bool:

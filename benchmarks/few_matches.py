@@ -147,13 +147,20 @@ PROSE = [
     "companion the search already runs (`retrieve_k` + 8 deep): when it lists fewer than 11, it "
     "lists the whole BM25 leg, and the fused query alone runs again by RRF (one more round trip, "
     "only for those searches: a natural-language question's words match more chunks than that in "
-    "any store here but the sample knowledge base's 203, where 2 of its 31 questions take it). "
+    "any store here but the sample knowledge base's 203, where 2 of its 31 questions take it, "
+    "4 under the category filter L0 derives). "
     "Equal fused scores (RRF scores the dense first and the BM25 first alike when neither is in "
     "the other list) go to the better BM25 place, and the rerank keeps the store's order among "
     "equal scores. A hit reason names the fusion that ranked it (`fused rank 1 (rrf)`); the "
     "probes and own questions of the verdict's calibration search the same way. RRF scores fall "
     "slowly with rank (1/61 to 1/80 over 20 places), so such a lookup's `completenessHint` counts "
     "most chunks that `return_n` cut as of similar strength.",
+    "",
+    "Both rows include the verdict's rule for a question made of codes alone ([trust.md](trust.md), "
+    "point 5: `what does baseURL do` is evidence when a best hit holds `baseURL`), which came "
+    "after. Before it (`9561932`, 2026-12-04), the identifier questions measured page 82.0%, "
+    "chunk 81.7%, first 74.7%, found 82.7% with RRF (72.3%, 72.0%, 65.0%, 74.0% with DBSF); 46 "
+    "of the 88 camelCase ones were `no_evidence` below the null's bar.",
 ]
 
 

@@ -26,7 +26,7 @@ from hamilton.function_modifiers import config
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.payload import TITLE_FIELD
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-from lookup_knowledge.adapters.sparse import bm25_encoder, code_of, distinctive
+from lookup_knowledge.adapters.sparse import bm25_encoder, code_of, distinctive, identifier_parts
 from lookup_knowledge.calibration import (
     NEAR_BAR,
     UNHELD_SHARE,
@@ -130,8 +130,9 @@ def _reason(
     query: str, margin: float | None, coverage: float | None, hits: list[SearchHit], policy: AbstentionPolicy
 ) -> VerdictReason:
     """A hit that holds one of the query's distinctive codes verbatim (:func:`distinctive`:
-    ``E4471``, not ``GitHub``) answers for itself, as does one whose title the query puts in
-    code (:func:`_names_a_title`); otherwise, when
+    ``E4471``, not ``GitHub``) answers for itself, as do hits that hold every code of a query
+    made of codes alone (:func:`_asks_only_codes`: ``what does baseURL do``) and one whose title
+    the query puts in code (:func:`_names_a_title`); otherwise, when
     the query has BM25 terms, the best hits must hold at least one of them (an off-topic
     question often shares none), and the best cosine must clear the store's null by
     ``strictness`` (no null, the probes could not run: the evidence floors alone decide).
@@ -140,6 +141,8 @@ def _reason(
     every CJK probe scores alike on a store and the dense null tells nothing; the best hits
     must hold :data:`CJK_COVERAGE` of its characters and pairs."""
     if any(distinctive(code) for hit in hits[:COVERAGE_HITS] for code in hit.exact_codes):
+        return "exact_code"
+    if _asks_only_codes(query, hits[:COVERAGE_HITS]):
         return "exact_code"
     if _names_a_title(query, hits[:COVERAGE_HITS]):
         return "named_title"
@@ -150,6 +153,17 @@ def _reason(
     if margin is not None and margin < policy.strictness:
         return "below_probe_null"
     return "plausible"
+
+
+def _asks_only_codes(query: str, hits: list[SearchHit]) -> bool:
+    """Whether every informative word of the query belongs to a code a best hit holds verbatim
+    (``what does baseURL do``): the question is the code, and the hit holds it, whatever the
+    model makes of a word it cuts into pieces. A code among other words (``How do I delete my
+    GitHub account?``) does not answer for itself: the margin and the words decide, as usual."""
+    held = {code.lower() for hit in hits for code in hit.exact_codes}
+    words = held | {part.lower() for code in held for part in identifier_parts(code)}
+    terms = query_terms(query)
+    return bool(held and terms) and all(term in words for term in terms)
 
 
 def _names_a_title(query: str, hits: list[SearchHit]) -> bool:

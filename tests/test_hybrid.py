@@ -839,3 +839,15 @@ def test_a_search_whose_bm25_leg_is_full_keeps_its_fusion() -> None:
     assert replace(request, few_matches_fusion=None).few_matches_search(1) is None
     assert replace(request, fusion="rrf").few_matches_search(1) is None
     assert replace(request, mode="sparse").few_matches_search(1) is None
+
+
+def test_a_query_made_of_codes_a_best_hit_holds_is_evidence_whatever_its_margin(colour_kb, embedder) -> None:
+    """`backgroundColor` is no distinctive code (camelCase, as product names are), but a question
+    that is nothing but it names what the hit holds; among other words, the margin decides."""
+    strict = make_tool(colour_kb, embedder, l0__enabled=False, abstention__strictness=20.0)
+    named = strict.lookup(COLOUR_QUERY)
+    assert (named.found, named.retrieval_trace.evidence_verdict.reason) == (True, "exact_code")
+    assert named.evidence_blocks[0].doc_id == "asset-pipeline"
+    for query in ("what does backgroundColor do in dark mode", "backgroundColor subscription pricing"):
+        verdict = strict.lookup(query).retrieval_trace.evidence_verdict
+        assert verdict.reason == "below_probe_null", query
