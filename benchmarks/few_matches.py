@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corpora import DATA, hugo_described_pages
+from corpora import DATA, hugo_described_pages, package_readmes
 from doc_sections import replace_section
 from identifiers import identifier_hits, identifier_questions
 from machine import machine
@@ -43,11 +43,23 @@ from lookup_knowledge.eval.data import load_qrels, relevance
 SECTION = "## A BM25 leg of few matches"
 SETTINGS = {"rrf (default)": "rrf", "null (DBSF)": None}
 PACKAGE = Path(__file__).resolve().parents[1] / "lookup_knowledge"
-SETS = {  # set -> (corpus, its judged questions (None: hugo-docs' page descriptions), store name)
-    "hugo-docs": ("hugo-docs", None, "identifiers-hugo-docs"),
-    "scifact": ("scifact", DATA / "scifact", "scifact-bm25"),
-    "classic-dev": ("classic-dev", DATA / "classic-dev", "classic-dev-bm25"),
-    "sample-kb": (PACKAGE / "sample-kb", PACKAGE / "sample-eval", "sample-kb"),
+
+
+def _hugo(cache: Path) -> tuple[Path, Path]:
+    return DATA / "hugo-docs", hugo_described_pages(cache).resolve()
+
+
+def _readmes(cache: Path) -> tuple[Path, Path]:
+    pages, questions = package_readmes(cache)
+    return pages.resolve(), questions.resolve()
+
+
+SETS = {  # set -> (its pages and judged questions, store name, identifier questions asked)
+    "hugo-docs": (_hugo, "identifiers-hugo-docs", True),
+    "package-readmes": (_readmes, "identifiers-package-readmes", True),
+    "scifact": (lambda _: (DATA / "scifact", DATA / "scifact"), "scifact-bm25", False),
+    "classic-dev": (lambda _: (DATA / "classic-dev", DATA / "classic-dev"), "classic-dev-bm25", False),
+    "sample-kb": (lambda _: (PACKAGE / "sample-kb", PACKAGE / "sample-eval"), "sample-kb", False),
 }
 
 
@@ -68,15 +80,16 @@ def few_match_share(tool: KnowledgeTool, texts: list[str]) -> float:
 
 
 def measure_set(name: str, cache: Path) -> dict[str, Any]:
-    corpus, judged, store = SETS[name]
-    folder = judged or hugo_described_pages(cache).resolve()
+    where, store, asks_identifiers = SETS[name]
+    corpus, folder = where(cache)
     queries = beir_queries(folder)
     qrels = relevance(queries, load_qrels(folder / "qrels.tsv"))
     tool, base = prepared_tool(corpus, cache, store, cached_vectors=True)
     with tool:
         texts = queries["query"].tolist()
         row: dict[str, Any] = {"queries": len(queries), "few_matches": few_match_share(tool, texts)}
-        questions = identifier_questions(tool.config.ingest.chunk_chars) if judged is None else []
+        chunk_chars = tool.config.ingest.chunk_chars
+        questions = identifier_questions(chunk_chars, corpus) if asks_identifiers else []
         if questions:
             row["identifier_few_matches"] = few_match_share(
                 tool, [f"what does {q['identifier']} do" for q in questions]
@@ -101,25 +114,30 @@ def section(results: dict[str, Any]) -> str:
         "the default pipeline (hybrid, DBSF) with `retrieval.few_matches_fusion: rrf` (the default) "
         "and `null`, side by side on the same stores.",
         "",
-        "| identifier questions (hugo-docs) | questions | page | chunk | first | found |",
-        "|---|---|---|---|---|---|",
+        "| identifier questions | fusion | questions | page | chunk | first | found |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for label in SETTINGS:
-        ids = hugo[label]["identifiers"]
-        lines.append(
-            f"| {label} | {ids['questions']} | {ids['page']:.1%} | {ids['chunk']:.1%} | "
-            f"{ids['first']:.1%} | {ids['found']:.1%} |"
-        )
+    asked = {name: row for name, row in results["sets"].items() if "identifiers" in row["rrf (default)"]}
+    for name, row in asked.items():
+        for label in SETTINGS:
+            ids = row[label]["identifiers"]
+            lines.append(
+                f"| {name} | {label} | {ids['questions']} | {ids['page']:.1%} | {ids['chunk']:.1%} | "
+                f"{ids['first']:.1%} | {ids['found']:.1%} |"
+            )
     kinds = hugo["rrf (default)"]["identifiers"]["by_kind"]
     before = hugo["null (DBSF)"]["identifiers"]["by_kind"]
     shares = ", ".join(
         f"{kind} {before[kind]['chunk']:.0%} -> {row['chunk']:.0%} ({row['questions']})"
         for kind, row in kinds.items()
     )
+    few = ", ".join(f"{name} {row['identifier_few_matches']:.0%}" for name, row in asked.items())
     lines += [
         "",
-        f"Holding chunk among the blocks, per kind (null -> rrf, questions): {shares}. "
-        f"{hugo['identifier_few_matches']:.0%} of the identifier questions have a BM25 leg of few matches.",
+        f"On hugo-docs, holding chunk among the blocks, per kind (null -> rrf, questions): {shares}. "
+        f"Identifier questions whose BM25 leg has few matches: {few}. The package READMEs (the "
+        "held-out docs set of [trust.md](trust.md#held-out-check-package-readmes)) were not looked "
+        "at before this choice.",
         "",
         "| set | queries | BM25 leg of few matches | nDCG@10 rrf | nDCG@10 null | recall@10 rrf "
         "| recall@10 null |",

@@ -59,11 +59,11 @@ def kind_of(identifier: str) -> str:
     return next(kind for kind, pattern in KINDS.items() if pattern.fullmatch(identifier))
 
 
-def identifier_questions(chunk_chars: int) -> list[dict[str, str]]:
-    """Identifiers exactly one hugo-docs chunk holds, with the page that holds them (seeded sample)."""
+def identifier_questions(chunk_chars: int, corpus: Path = DATA / "hugo-docs") -> list[dict[str, str]]:
+    """Identifiers exactly one chunk of ``corpus`` holds, with the page that holds them (seeded sample)."""
     holders: dict[str, set[tuple[str, int]]] = {}
     written: dict[str, str] = {}
-    for doc in read_corpus(DATA / "hugo-docs").documents:
+    for doc in read_corpus(corpus).documents:
         for chunk in chunk_document(doc, chunk_chars):
             for identifier in identifiers(chunk.content):
                 holders.setdefault(identifier.lower(), set()).add((doc.doc_id, chunk.chunk_index))
