@@ -263,6 +263,8 @@ def reranked_df(deduped_df: pd.DataFrame, rerank_weights: RerankConfig) -> pd.Da
     scored = []
     for candidate in records(deduped_df):
         boosts = _boosts(candidate["l0_matches"], candidate["doc_type"], rerank_weights)
+        if rerank_weights.exact_code and (code := _exact_code(candidate["hit_reasons"])):
+            boosts.append((f"exact_code:{code}", rerank_weights.exact_code))
         score = rerank_weights.vector * candidate["rank_score"] + sum(c for _, c in boosts)
         scored.append({**candidate, "boosts": boosts, "rerank_score": score})
     scored.sort(key=lambda c: (-c["rerank_score"], -c["rank_score"], c["original_rank"], c["evidence_key"]))
@@ -285,6 +287,11 @@ def _boosts(
     if doc_type and (weight := weights.source_type.get(doc_type)):
         boosts.append((f"source_type:{doc_type}", weight))
     return boosts
+
+
+def _exact_code(hit_reasons: list[str]) -> str | None:
+    """The first of the query's codes a block holds verbatim (its ``exact_code:`` reason)."""
+    return next((r.removeprefix("exact_code:") for r in hit_reasons if r.startswith("exact_code:")), None)
 
 
 def ranked_evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:

@@ -464,3 +464,19 @@ def test_records_of_a_built_frame_are_its_cells_and_fresh_dicts_each_time():
     assert records(frame) == frame.to_dict("records")
     wider = object_frame([{"a": 3, "b": [], "extra": 0}], frame_columns(["a", "b"]))
     assert records(wider) == [{"a": 3, "b": []}]  # only the frame's columns
+
+
+def test_a_block_holding_the_querys_code_gets_the_exact_code_boost():
+    """In sparse and hybrid mode a hit that holds a query code verbatim carries `exact_code:X`;
+    the rerank adds `rerank.exact_code` (a share of the best score) to it, and says so."""
+    holder = replace(make_hit("runbook", 0, 0.66), exact_codes=("E4471",), sparse_rank=1)
+    hits = [("unfiltered", make_hit("guide", 0, 0.7)), ("unfiltered", holder)]
+
+    def ranked(weights):
+        candidates = candidates_df(attempts(hits), NO_HINTS, "hybrid", HybridFusion())
+        return reranked_df(deduped_df(screened_df(candidates, 2, 20, 0.0)), weights)
+
+    boosted = ranked(RerankConfig())
+    assert keys(boosted) == ["runbook#chunk-0", "guide#chunk-0"]
+    assert boosted.iloc[0]["boosts"] == [("exact_code:E4471", 0.1)]
+    assert keys(ranked(RerankConfig(exact_code=0))) == ["guide#chunk-0", "runbook#chunk-0"]
