@@ -816,7 +816,9 @@ def test_a_rare_identifier_held_by_one_chunk_ranks_it_first(colour_kb, embedder)
 def test_without_the_few_matches_fusion_dbsf_ranks_the_only_match_under_the_dense_best(
     colour_kb, embedder
 ) -> None:
-    tool = make_tool(colour_kb, embedder, l0__enabled=False, retrieval__few_matches_fusion=None)
+    tool = make_tool(  # without the rerank's exact-code boost too: the fusion alone
+        colour_kb, embedder, l0__enabled=False, retrieval__few_matches_fusion=None, rerank__exact_code=0
+    )
     blocks = tool.lookup(COLOUR_QUERY).evidence_blocks
     holder = next(b for b in blocks if b.doc_id == "asset-pipeline")
     assert blocks[0].doc_id != "asset-pipeline"
