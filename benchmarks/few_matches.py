@@ -176,9 +176,10 @@ PROSE = [
     "slowly with rank (1/61 to 1/80 over 20 places), so such a lookup's `completenessHint` counts "
     "most chunks that `return_n` cut as of similar strength.",
     "",
-    "Both rows include the verdict's rule for a question made of codes alone ([trust.md](trust.md), "
-    "point 5: `what does baseURL do` is evidence when a best hit holds `baseURL`), which came "
-    "after. Before it (`9561932`, 2026-12-04), the identifier questions measured page 82.0%, "
+    "Both rows include the two changes that came after: the verdict's rule for a question made of "
+    "codes alone ([trust.md](trust.md), point 5: `what does baseURL do` is evidence when a best hit "
+    "holds `baseURL`) and the rerank's exact-code boost ([below](#the-exact-code-boost)). Before "
+    "them (`9561932`, 2026-12-04), the identifier questions measured page 82.0%, "
     "chunk 81.7%, first 74.7%, found 82.7% with RRF (72.3%, 72.0%, 65.0%, 74.0% with DBSF); 46 "
     "of the 88 camelCase ones were `no_evidence` below the null's bar.",
 ]
