@@ -411,13 +411,19 @@ def test_the_category_filter_holds_in_every_mode(stores, embedder, kind, mode) -
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("fusion", ["rrf", "dbsf"])
+@pytest.mark.parametrize(("fusion", "few"), [("rrf", None), ("dbsf", None), ("dbsf", "rrf")])
 @pytest.mark.parametrize("category", [None, "payments", "support"])
-def test_all_adapters_rank_alike(stores, embedder, mode, fusion, category) -> None:
+def test_all_adapters_rank_alike(stores, embedder, mode, fusion, few, category) -> None:
+    """Every adapter ranks alike, also when a search's BM25 leg of few matches (all of them in
+    this seven-chunk store) is fused again by RRF."""
     queries = [CODE_QUERY, "card payment declined", "如何申请增值税专用发票", "refund within thirty days"]
     for query in queries:
-        req = request(embedder, query, mode, top_k=5, category=category, fusion=fusion, prefetch_k=6)
+        options = {"category": category, "fusion": fusion, "prefetch_k": 6, "few_matches_fusion": few}
+        req = request(embedder, query, mode, top_k=5, **options)
         results = {kind: store.search(req) for kind, store in stores.items()}
+        if mode == "hybrid" and few:  # every BM25 leg here is short: fused again when it matched any
+            matched = any(h.sparse_rank for h in results["edge"])
+            assert {h.fusion for h in results["edge"]} == {"rrf" if matched else "dbsf"}, query
         reference = untied(results["edge"])
         for kind, hits in results.items():
             assert [h.point_id for h in untied(hits)] == [h.point_id for h in reference], (kind, query)
