@@ -227,7 +227,9 @@ class ScoredPoints:
         points: Sequence[Point],
         dense_points: Sequence[tuple[Any, float]] = (),
         sparse_points: Sequence[tuple[Any, float]] = (),
+        sparse_places: dict[Any, tuple[int, float]] | None = None,
     ) -> None:
+        """``sparse_places``: the sparse companion's :func:`_places`, when the caller has them."""
         self.request = request
         if request.mode == "dense":
             self.points = list(points)
@@ -236,7 +238,7 @@ class ScoredPoints:
         if request.mode == "sparse":
             self.points = _untied(points)[: request.top_k]
             sparse_points = [(pid, score) for pid, score, *_ in self.points]
-        self._sparse_places = _places(sparse_points)
+        self._sparse_places = _places(sparse_points) if sparse_places is None else sparse_places
         if request.mode == "hybrid":
             self.points = _untied(points, self._sparse_places)[: request.top_k]
         dense = _untied(dense_points)
@@ -306,10 +308,10 @@ def found_hits(
     lacks any; every list is then checked by :func:`complete_hits` (``stored``: the store's
     point count under a request's filters)."""
     lists = _few_matches_fused([_lists(request, results) for request in requests], ask_ranked)
-    scored = [
-        ScoredPoints(request, _ranked(request, points, places[1] if places else ()), *places)
-        for request, points, places in lists
-    ]
+    scored = []
+    for request, points, places in lists:
+        bm25 = _places(places[1]) if request.mode == "hybrid" else None  # once for both cuts
+        scored.append(ScoredPoints(request, _ranked(request, points, bm25), *places, sparse_places=bm25))
     asking = [s for s in scored if s.missing_cosines]
     answers = iter(ask_cosines(asking) if asking else [])
     return [
@@ -345,15 +347,14 @@ def _few_matches_fused(
 
 
 def _ranked(
-    request: SearchRequest, points: Iterable[Any], sparse: Sequence[tuple[Any, float]] = ()
+    request: SearchRequest, points: Iterable[Any], bm25: Mapping[Any, tuple[int, float]] | None = None
 ) -> list[Point]:
     """The engine's ranked points a request keeps, as (id, score, payload, vectors): a sparse or
     hybrid search's ``top_k`` of the ``ranked_width`` fetched, ties cut as :class:`ScoredPoints`
-    cuts them again (a hybrid search's by the places in its ``sparse`` companion, then by point
-    id), so that only those kept have their payload and vectors read."""
+    cuts them again (a hybrid search's by its ``bm25`` places, then by point id), so that only
+    those kept have their payload and vectors read."""
     if request.mode == "dense":
         return [(p.id, p.score, p.payload, p.vector) for p in points]
-    bm25 = _places(sparse) if request.mode == "hybrid" else None
     kept = _untied([(p.id, p.score, p) for p in points], bm25)[: request.top_k]
     return [(pid, score, p.payload, p.vector) for pid, score, p in kept]
 

@@ -19,32 +19,28 @@ from typing import Any
 
 from corpora import DATA
 from doc_sections import replace_section
-from few_matches import SETS
-from identifiers import identifier_hits, identifier_questions
+from few_matches import SETS, open_set
+from identifiers import identifier_hits
 from machine import machine
-from quality import DBSF, DEPTH, beir_queries, prepared_tool, run
+from quality import DBSF, DEPTH, run
 from rich.console import Console
 from rich.table import Table
 
 from lookup_knowledge import load_config
-from lookup_knowledge.eval.data import load_qrels, relevance
 
 SECTION = "## The exact-code boost"
 
 
 def measure_set(name: str, cache: Path, weights: list[float]) -> dict[str, dict[str, float]]:
-    where, store, asks_identifiers = SETS[name]
-    corpus, folder = where(cache)
-    queries = beir_queries(folder)
-    qrels = relevance(queries, load_qrels(folder / "qrels.tsv"))
-    tool, base = prepared_tool(corpus, cache, store, cached_vectors=True)
+    opened = open_set(name, cache)
+    tool, base = opened.tool, opened.base
     rows = {}
     with tool:
-        questions = identifier_questions(tool.config.ingest.chunk_chars, corpus) if asks_identifiers else []
         for weight in weights:
             overrides = {"rerank.exact_code": weight}
-            row = {"ndcg@10": run(tool, base, {**DBSF, **overrides, **DEPTH}, queries, qrels)["ndcg@10"]}
-            if questions:
+            ranked = run(tool, base, {**DBSF, **overrides, **DEPTH}, opened.queries, opened.qrels)
+            row = {"ndcg@10": ranked["ndcg@10"]}
+            if questions := opened.questions:
                 ids = identifier_hits(tool.variant(load_config(overrides={**base, **overrides})), questions)
                 row |= {"first": ids["first"], "chunk": ids["chunk"], "questions": ids["questions"]}
             rows[str(weight)] = row

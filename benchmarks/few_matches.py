@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from corpora import DATA, hugo_described_pages, package_readmes
 from doc_sections import replace_section
 from identifiers import identifier_hits, identifier_questions
@@ -79,27 +81,45 @@ def few_match_share(tool: KnowledgeTool, texts: list[str]) -> float:
     return few / len(texts)
 
 
-def measure_set(name: str, cache: Path) -> dict[str, Any]:
+@dataclass
+class OpenSet:
+    """A set's store open as a tool, its judged questions and its identifier questions (none for
+    a set that asks none)."""
+
+    tool: KnowledgeTool
+    base: dict[str, Any]
+    queries: pd.DataFrame
+    qrels: Any
+    questions: list[dict[str, str]]
+
+
+def open_set(name: str, cache: Path) -> OpenSet:
+    """The set of :data:`SETS` named ``name``, its store ingested when missing (close its tool)."""
     where, store, asks_identifiers = SETS[name]
     corpus, folder = where(cache)
     queries = beir_queries(folder)
     qrels = relevance(queries, load_qrels(folder / "qrels.tsv"))
     tool, base = prepared_tool(corpus, cache, store, cached_vectors=True)
+    questions = identifier_questions(tool.config.ingest.chunk_chars, corpus) if asks_identifiers else []
+    return OpenSet(tool, base, queries, qrels, questions)
+
+
+def measure_set(name: str, cache: Path) -> dict[str, Any]:
+    opened = open_set(name, cache)
+    tool, questions = opened.tool, opened.questions
     with tool:
-        texts = queries["query"].tolist()
-        row: dict[str, Any] = {"queries": len(queries), "few_matches": few_match_share(tool, texts)}
-        chunk_chars = tool.config.ingest.chunk_chars
-        questions = identifier_questions(chunk_chars, corpus) if asks_identifiers else []
+        texts = opened.queries["query"].tolist()
+        row: dict[str, Any] = {"queries": len(texts), "few_matches": few_match_share(tool, texts)}
         if questions:
             row["identifier_few_matches"] = few_match_share(
                 tool, [f"what does {q['identifier']} do" for q in questions]
             )
         for label, fusion in SETTINGS.items():
             overrides = {**DBSF, "retrieval.few_matches_fusion": fusion}
-            ranked = run(tool, base, {**overrides, **DEPTH}, queries, qrels)
+            ranked = run(tool, opened.base, {**overrides, **DEPTH}, opened.queries, opened.qrels)
             row[label] = {"ndcg@10": ranked["ndcg@10"], "recall@10": ranked["recall@10"]}
             if questions:
-                variant = tool.variant(load_config(overrides={**base, **overrides}))
+                variant = tool.variant(load_config(overrides={**opened.base, **overrides}))
                 row[label]["identifiers"] = identifier_hits(variant, questions)
         return row
 
