@@ -20,7 +20,9 @@ block from a wrong one).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
+import pandas as pd
 from hamilton.function_modifiers import config
 
 from lookup_knowledge.adapters.embedder import Embedder
@@ -37,6 +39,7 @@ from lookup_knowledge.calibration import (
     uninformative,
 )
 from lookup_knowledge.contract import VerdictReason
+from lookup_knowledge.frames import column_values
 
 from .retrieval import SearchAttempt
 
@@ -126,13 +129,26 @@ def _coverage(terms: tuple[str, ...], hits: list[SearchHit]) -> tuple[float, tup
     return len(held) / len(terms), held
 
 
+def _code_holders(hits: list[SearchHit], returned: set[Any]) -> list[SearchHit]:
+    """The hits whose codes and titles may answer for themselves: the best ones and every one the
+    result returns (the rerank lifts a block holding the query's code, ``rerank.exact_code``, and
+    the per-document cap keeps it: the verdict vouches for the blocks an agent reads)."""
+    best = hits[:COVERAGE_HITS]
+    return best + [hit for hit in hits[COVERAGE_HITS:] if hit.point_id in returned]
+
+
 def _reason(
-    query: str, margin: float | None, coverage: float | None, hits: list[SearchHit], policy: AbstentionPolicy
+    query: str,
+    margin: float | None,
+    coverage: float | None,
+    holders: list[SearchHit],
+    policy: AbstentionPolicy,
 ) -> VerdictReason:
-    """A hit that holds one of the query's distinctive codes verbatim (:func:`distinctive`:
-    ``E4471``, not ``GitHub``) answers for itself, as do hits that hold every code of a query
-    made of codes alone (:func:`_asks_only_codes`: ``what does baseURL do``) and one whose title
-    the query puts in code (:func:`_names_a_title`); otherwise, when
+    """A hit (of ``holders``: :func:`_code_holders`) that holds one of the query's distinctive
+    codes verbatim (:func:`distinctive`: ``E4471``, not ``GitHub``) answers for itself, as do
+    hits that hold every code of a query made of codes alone (:func:`_asks_only_codes`: ``what
+    does baseURL do``) and one whose title the query puts in code (:func:`_names_a_title`);
+    otherwise, when
     the query has BM25 terms, the best hits must hold at least one of them (an off-topic
     question often shares none), and the best cosine must clear the store's null by
     ``strictness`` (no null, the probes could not run: the evidence floors alone decide).
@@ -140,11 +156,11 @@ def _reason(
     A CJK query is read by its words instead: MiniLM embeds CJK text as a few rare tokens, so
     every CJK probe scores alike on a store and the dense null tells nothing; the best hits
     must hold :data:`CJK_COVERAGE` of its characters and pairs."""
-    if any(distinctive(code) for hit in hits[:COVERAGE_HITS] for code in hit.exact_codes):
+    if any(distinctive(code) for hit in holders for code in hit.exact_codes):
         return "exact_code"
-    if _asks_only_codes(query, hits[:COVERAGE_HITS]):
+    if _asks_only_codes(query, holders):
         return "exact_code"
-    if _names_a_title(query, hits[:COVERAGE_HITS]):
+    if _names_a_title(query, holders):
         return "named_title"
     if coverage is not None and coverage == 0.0:
         return "no_shared_terms"
@@ -251,6 +267,7 @@ def evidence_verdict(
     abstention_policy: AbstentionPolicy,
     retrieval_mode: str,
     search_port: KnowledgeSearchPort,
+    reranked_df: pd.DataFrame,
     search_request: SearchRequest | None = None,
     store_calibration: ProbeCalibration | None = None,
 ) -> EvidenceVerdict:
@@ -259,7 +276,8 @@ def evidence_verdict(
     ``abstention.strictness``, raised where the store's own questions score high); a margin short of it passes
     when the best hits hold words that carry enough of the query's information (40% for half a
     unit short, 90% for one: :data:`INFORMATIVE_RELIEFS`; the store's BM25 IDF, read only then); a
-    margin just above it fails when they hold too little (:func:`uninformative`).
+    margin just above it fails when they hold too little (:func:`uninformative`). Codes and
+    titles are read from the returned blocks (``reranked_df``) as well (:func:`_code_holders`).
     No ``search_request`` (L1 disabled): no store was searched, no hits to read."""
     hits = sorted(_used_hits(retrieval_attempts), key=lambda hit: -hit.score)
     policy = replace(abstention_policy, strictness=abstention_policy.bar(probe_null))  # this store's bar
@@ -277,7 +295,8 @@ def evidence_verdict(
     coverage, matched = (None, ())
     if retrieval_mode != "dense" and query_terms:
         coverage, matched = _coverage(query_terms, hits)
-    reason = _reason(query, margin, coverage, hits, policy)
+    holders = _code_holders(hits, set(column_values(reranked_df, "point_id")))
+    reason = _reason(query, margin, coverage, holders, policy)
     informative = unheld = None
     words_decide = script_of(query) == "cjk"  # a CJK query's verdict is its words' share already
     if (

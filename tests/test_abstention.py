@@ -9,12 +9,13 @@ from __future__ import annotations
 import gc
 import json
 import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from dataflow_fixtures import FaultySearchPort, SampleKB, as_json, make_tool
+from dataflow_fixtures import FaultySearchPort, SampleKB, as_json, make_hit, make_tool
 from hashing_embedder import HashingEmbedder
 
 from lookup_knowledge import sample_knowledge_base
@@ -33,9 +34,17 @@ from lookup_knowledge.calibration import (
     uninformative,
 )
 from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
-from lookup_knowledge.dataflows.abstention import INFORMATIVE_RELIEFS, MAX_RELIEF, EvidenceVerdict
-from lookup_knowledge.dataflows.postprocessing import SCREENED_COLUMNS
+from lookup_knowledge.dataflows.abstention import (
+    INFORMATIVE_RELIEFS,
+    MAX_RELIEF,
+    AbstentionPolicy,
+    EvidenceVerdict,
+    evidence_verdict,
+    query_terms,
+)
+from lookup_knowledge.dataflows.postprocessing import RERANK_COLUMNS, SCREENED_COLUMNS
 from lookup_knowledge.dataflows.result import completeness_hint, relevance_level
+from lookup_knowledge.dataflows.retrieval import SearchAttempt
 from lookup_knowledge.frames import object_frame
 from lookup_knowledge.stores import calibration_path, l0_index_path
 
@@ -450,6 +459,41 @@ def test_levels_fall_as_the_searches_disagree_on_the_top_hit() -> None:
     assert relevance_level("no_evidence", _verdict(1, 1), "hybrid") == "none"
     by_margin = [relevance_level("evidence", _verdict(None, None, m), "dense") for m in (2.0, 3.5, 4.5)]
     assert by_margin == ["low", "medium", "high"]
+
+
+# -- codes of the blocks returned ----------------------------------------------------------------
+
+CODE_QUERY = "what does RETRY_MAX_2 set"
+
+
+def _code_verdict(sample_kb: SampleKB, returned: list[str]) -> EvidenceVerdict:
+    """The verdict on three pages sharing a word of the query, scored over a fourth chunk that
+    holds its code, with the ``returned`` points as the reranked blocks (strictness 20: the margin
+    passes nothing)."""
+    terms = query_terms(CODE_QUERY)
+    best = [
+        replace(make_hit(f"page-{n}", 0, 0.5 - n / 100, point_id=f"p{n}"), matched_terms=terms[:1])
+        for n in range(3)
+    ]
+    holder = replace(make_hit("settings", 2, 0.4, point_id="p3"), exact_codes=("RETRY_MAX_2",))
+    hits = [*best, holder]
+    rows = [{**dict.fromkeys(RERANK_COLUMNS), "point_id": point} for point in returned]
+    reranked = object_frame(rows, RERANK_COLUMNS)
+    null = ProbeNull(dense_tops=tuple(0.3 + n / 100 for n in range(21)))
+    attempts = [SearchAttempt("unfiltered", None, 20, hits=hits, usable=hits)]
+    policy = AbstentionPolicy(strictness=20.0)
+    return evidence_verdict(CODE_QUERY, terms, attempts, null, policy, "hybrid", sample_kb.store, reranked)
+
+
+def test_a_returned_block_holding_the_querys_code_answers_though_the_store_ranked_it_fourth(
+    sample_kb: SampleKB,
+) -> None:
+    """The rerank lifts a block holding the query's code verbatim (``rerank.exact_code``) and the
+    per-document cap keeps it: the verdict vouches for the blocks an agent reads, so it reads
+    their codes, not only those of the store's best three hits."""
+    assert _code_verdict(sample_kb, ["p0", "p3", "p1"]).reason == "exact_code"
+    not_returned = _code_verdict(sample_kb, ["p0", "p1", "p2"])
+    assert (not_returned.plausible, not_returned.reason) == (False, "below_probe_null")
 
 
 # -- completeness hint wordings -------------------------------------------------------------------
