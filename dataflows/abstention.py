@@ -81,6 +81,7 @@ class EvidenceVerdict:
     null_p90: float | None = None
     probes: int = 0
     lexical_coverage: float | None = None
+    top_hit_coverage: float | None = None
     informative_coverage: float | None = None
     unheld_share: float | None = None
     query_terms: tuple[str, ...] = ()
@@ -127,6 +128,12 @@ def _coverage(terms: tuple[str, ...], hits: list[SearchHit]) -> tuple[float, tup
     matched = {term for hit in hits[:COVERAGE_HITS] for term in hit.matched_terms}
     held = tuple(term for term in terms if term in matched)
     return len(held) / len(terms), held
+
+
+def _top_hit_coverage(terms: tuple[str, ...], top: SearchHit) -> float:
+    """The share of the query's terms the top hit holds by itself (the relevance level reads it)."""
+    held = set(top.matched_terms)
+    return sum(term in held for term in terms) / len(terms)
 
 
 def _code_holders(hits: list[SearchHit], returned: set[Any]) -> list[SearchHit]:
@@ -292,9 +299,10 @@ def evidence_verdict(
         )
     dense_top = max(hit.normalized_score for hit in hits)
     margin = probe_null.margin(dense_top)
-    coverage, matched = (None, ())
+    coverage, matched, top_coverage = (None, (), None)
     if retrieval_mode != "dense" and query_terms:
         coverage, matched = _coverage(query_terms, hits)
+        top_coverage = _top_hit_coverage(query_terms, hits[0])
     holders = _code_holders(hits, set(column_values(reranked_df, "point_id")))
     reason = _reason(query, margin, coverage, holders, policy)
     informative = unheld = None
@@ -317,6 +325,7 @@ def evidence_verdict(
         null_p90=probe_null.quantile(0.9),
         probes=len(probe_null.dense_tops),
         lexical_coverage=coverage,
+        top_hit_coverage=top_coverage,
         informative_coverage=informative,
         unheld_share=unheld,
         query_terms=query_terms,

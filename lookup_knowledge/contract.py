@@ -275,6 +275,11 @@ class EvidenceVerdictTrace(ContractModel):
     lexical_coverage: float | None = Field(
         description="share of the query's terms the best three hits hold (sparse, hybrid; None in dense mode)"
     )
+    top_hit_coverage: float | None = Field(
+        None,
+        description="share of the query's terms the top hit holds by itself (sparse, hybrid); relevance "
+        "level high needs at least half",
+    )
     informative_coverage: float | None = Field(
         None,
         description="read only where it can change the verdict (a margin under strictness by at most "

@@ -86,6 +86,7 @@ def test_an_answerable_question_keeps_its_evidence(tool) -> None:
     assert verdict["densePercentile"] == pytest.approx(1.0, abs=0.05)  # above the store's probes
     assert verdict["nullMedian"] < verdict["nullP90"] < verdict["denseTop"]
     assert verdict["lexicalCoverage"] >= 0.5 and "refund" in verdict["matchedTerms"]
+    assert 0.5 <= verdict["topHitCoverage"] <= verdict["lexicalCoverage"]  # the top hit is one of the best
 
 
 def _sample_questions() -> list[tuple[str, str]]:
@@ -440,13 +441,16 @@ def test_a_measured_null_keeps_its_port_and_model_so_their_ids_are_not_reused(sa
     assert model_ref() is not None and port_ref() is not None  # held by the calibration's entries
 
 
-def _verdict(dense_rank: int | None, sparse_rank: int | None, margin: float = 5.0) -> EvidenceVerdict:
+def _verdict(
+    dense_rank: int | None, sparse_rank: int | None, margin: float = 5.0, top_hit_coverage: float | None = 1.0
+) -> EvidenceVerdict:
     return EvidenceVerdict(
         plausible=True,
         reason="plausible",
         margin=margin,
         top_dense_rank=dense_rank,
         top_sparse_rank=sparse_rank,
+        top_hit_coverage=top_hit_coverage,
     )
 
 
@@ -459,6 +463,17 @@ def test_levels_fall_as_the_searches_disagree_on_the_top_hit() -> None:
     assert relevance_level("no_evidence", _verdict(1, 1), "hybrid") == "none"
     by_margin = [relevance_level("evidence", _verdict(None, None, m), "dense") for m in (2.0, 3.5, 4.5)]
     assert by_margin == ["low", "medium", "high"]
+
+
+def test_high_needs_a_top_hit_holding_half_the_querys_terms() -> None:
+    """Both searches rank a neighbouring field's page first on the question's general words: the
+    top hit holding under half of the query's terms is medium at best."""
+    levels = [
+        relevance_level("evidence", _verdict(1, 1, top_hit_coverage=share), "hybrid")
+        for share in (1.0, 0.5, 1 / 3, 0.0, None)
+    ]
+    assert levels == ["high", "high", "medium", "medium", "high"]  # None: a query of stop words
+    assert relevance_level("evidence", _verdict(1, 4, top_hit_coverage=0.0), "hybrid") == "low"
 
 
 # -- codes of the blocks returned ----------------------------------------------------------------
