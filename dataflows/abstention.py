@@ -12,9 +12,9 @@ hybrid) the best hits hold at least one of the query's informative words. Near t
 share of the query's information those words carry (the store's IDF) decides: a margin just
 short passes with much of it, one just above fails with almost none.
 
-The trace also shows where the top hit lies in the dense and the BM25 search: the relevance
-level reads it (both searches ranking the top hit first is what, measured, tells a relevant top
-block from a wrong one).
+The trace also shows where the top block (the first returned) lies in the dense and the BM25
+search, and how much of the query it holds: the relevance level reads them (both searches
+ranking it first is what, measured, tells a relevant top block from a wrong one).
 """
 
 from __future__ import annotations
@@ -128,6 +128,13 @@ def _coverage(terms: tuple[str, ...], hits: list[SearchHit]) -> tuple[float, tup
     matched = {term for hit in hits[:COVERAGE_HITS] for term in hit.matched_terms}
     held = tuple(term for term in terms if term in matched)
     return len(held) / len(terms), held
+
+
+def _top_block_hit(hits: list[SearchHit], returned: list[Any]) -> SearchHit:
+    """The hit of the first returned block (the rerank may put another first than the store's
+    best hit), the best hit when none is returned: what the relevance level speaks of."""
+    first = next(iter(returned), None)
+    return next((hit for hit in hits if hit.point_id == first), hits[0])
 
 
 def _top_hit_coverage(terms: tuple[str, ...], top: SearchHit) -> float:
@@ -299,11 +306,13 @@ def evidence_verdict(
         )
     dense_top = max(hit.normalized_score for hit in hits)
     margin = probe_null.margin(dense_top)
+    returned = column_values(reranked_df, "point_id")
+    top = _top_block_hit(hits, returned)
     coverage, matched, top_coverage = (None, (), None)
     if retrieval_mode != "dense" and query_terms:
         coverage, matched = _coverage(query_terms, hits)
-        top_coverage = _top_hit_coverage(query_terms, hits[0])
-    holders = _code_holders(hits, set(column_values(reranked_df, "point_id")))
+        top_coverage = _top_hit_coverage(query_terms, top)
+    holders = _code_holders(hits, set(returned))
     reason = _reason(query, margin, coverage, holders, policy)
     informative = unheld = None
     words_decide = script_of(query) == "cjk"  # a CJK query's verdict is its words' share already
@@ -330,8 +339,8 @@ def evidence_verdict(
         unheld_share=unheld,
         query_terms=query_terms,
         matched_terms=matched,
-        top_dense_rank=hits[0].dense_rank,
-        top_sparse_rank=hits[0].sparse_rank,
+        top_dense_rank=top.dense_rank,
+        top_sparse_rank=top.sparse_rank,
         strictness=policy.strictness,
         own_questions_p5=own,
     )

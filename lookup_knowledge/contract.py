@@ -277,8 +277,8 @@ class EvidenceVerdictTrace(ContractModel):
     )
     top_hit_coverage: float | None = Field(
         None,
-        description="share of the query's terms the top hit holds by itself (sparse, hybrid); relevance "
-        "level high needs at least half",
+        description="share of the query's terms the top block (the first returned) holds by itself "
+        "(sparse, hybrid); relevance level high needs at least half",
     )
     informative_coverage: float | None = Field(
         None,
@@ -293,7 +293,10 @@ class EvidenceVerdictTrace(ContractModel):
     )
     query_terms: list[str] = Field(description="the query's informative terms (stop words removed)")
     matched_terms: list[str] = Field(description="those the best hits hold")
-    top_dense_rank: int | None = Field(description="top hit's place in the dense search (None: not in it)")
+    top_dense_rank: int | None = Field(
+        description="the top block's place in the dense search (the first returned block, else the best "
+        "hit; None: not in it)"
+    )
     top_sparse_rank: int | None = Field(description="its place in the BM25 search (None: not in it)")
     strictness: float = Field(
         description="the margin needed on this store: abstention.strictness, raised to own_questions_p5 "

@@ -831,6 +831,19 @@ def test_without_the_few_matches_fusion_dbsf_ranks_the_only_match_under_the_dens
     assert any(r.startswith("fused rank ") and r.endswith("(dbsf)") for r in holder.hit_reasons)
 
 
+def test_the_verdict_places_the_block_returned_first_not_the_stores_best_hit(colour_kb, embedder) -> None:
+    """Under DBSF the store ranks a colour page over the only `backgroundColor` holder; the
+    exact-code boost returns the holder first, and the places the relevance level reads are its."""
+    tool = make_tool(colour_kb, embedder, l0__enabled=False, retrieval__few_matches_fusion=None)
+    result = tool.lookup(COLOUR_QUERY)
+    first = result.evidence_blocks[0]
+    assert first.doc_id == "asset-pipeline" and "fused rank 1 (dbsf)" not in first.hit_reasons
+    assert "vector:sparse rank 1 (backgroundcolor)" in first.hit_reasons
+    verdict = result.retrieval_trace.evidence_verdict
+    assert verdict.top_sparse_rank == 1  # the store's best hit, a colour page, is in no BM25 list
+    assert verdict.top_hit_coverage == 1.0
+
+
 def test_a_search_whose_bm25_leg_is_full_keeps_its_fusion() -> None:
     """DBSF rescales n scores by their mean +- 3 standard deviations: the best of 10 or fewer
     stays under 1 (its ceiling 0.5 + (1 - 1/n) * sqrt(n) / 6), from 11 it can reach it."""
