@@ -41,8 +41,8 @@ _HINT_KINDS = {
 CANDIDATE_COLUMNS = frame_columns([
     "evidence_key", "doc_id", "chunk_index", "point_id", "source", "title", "breadcrumb",
     "categories", "doc_type", "content", "score", "normalized_score", "rank_score", "dense_score",
-    "sparse_score", "fused_score", "original_rank", "hit_reasons", "l0_matches", "instruction_like",
-    "ingested_at", "payload",
+    "sparse_score", "fused_score", "original_rank", "hit_reasons", "exact_codes", "l0_matches",
+    "instruction_like", "ingested_at", "payload",
 ])  # fmt: skip
 SCREENED_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "left_out"])
 RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
@@ -151,6 +151,7 @@ def candidates_df(
             "sparse_score": hit.sparse_score, "fused_score": hit.fused_score, "original_rank": rank,
             "hit_reasons": [f"vector:{attempt}", *signals]
             + [f"l0_{kind}:{term}" for kind, term in matches],
+            "exact_codes": hit.exact_codes,  # the query's codes it holds verbatim (its exact_code: reasons)
             "l0_matches": matches,
             "instruction_like": payload_instruction_like(payload, payload.get(BREADCRUMB_FIELD), hit.content),
             "ingested_at": payload.get(INGESTED_AT_FIELD),
@@ -215,7 +216,7 @@ def _document_places(ordered: list[dict], max_chunks_per_document: int | None) -
 
 
 def _holds_code(candidate: dict) -> bool:
-    return any(reason.startswith("exact_code:") for reason in candidate["hit_reasons"])
+    return bool(candidate["exact_codes"])
 
 
 def _below_floor(candidates: list[dict], relative_evidence_floor: float) -> Callable[[dict], bool]:
@@ -263,8 +264,8 @@ def reranked_df(deduped_df: pd.DataFrame, rerank_weights: RerankConfig) -> pd.Da
     scored = []
     for candidate in records(deduped_df):
         boosts = _boosts(candidate["l0_matches"], candidate["doc_type"], rerank_weights)
-        if rerank_weights.exact_code and (code := _exact_code(candidate["hit_reasons"])):
-            boosts.append((f"exact_code:{code}", rerank_weights.exact_code))
+        if rerank_weights.exact_code and candidate["exact_codes"]:  # its first code names the boost
+            boosts.append((f"exact_code:{candidate['exact_codes'][0]}", rerank_weights.exact_code))
         score = rerank_weights.vector * candidate["rank_score"] + sum(c for _, c in boosts)
         scored.append({**candidate, "boosts": boosts, "rerank_score": score})
     scored.sort(key=lambda c: (-c["rerank_score"], -c["rank_score"], c["original_rank"], c["evidence_key"]))
@@ -287,11 +288,6 @@ def _boosts(
     if doc_type and (weight := weights.source_type.get(doc_type)):
         boosts.append((f"source_type:{doc_type}", weight))
     return boosts
-
-
-def _exact_code(hit_reasons: list[str]) -> str | None:
-    """The first of the query's codes a block holds verbatim (its ``exact_code:`` reason)."""
-    return next((r.removeprefix("exact_code:") for r in hit_reasons if r.startswith("exact_code:")), None)
 
 
 def ranked_evidence_blocks(reranked_df: pd.DataFrame) -> list[EvidenceBlock]:
