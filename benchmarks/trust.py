@@ -95,6 +95,7 @@ def lookup_record(
         "dense_top": verdict.dense_top if verdict else None,
         "top_dense_rank": verdict.top_dense_rank if verdict else None,
         "top_sparse_rank": verdict.top_sparse_rank if verdict else None,
+        "top_hit_coverage": verdict.top_hit_coverage if verdict else None,  # what the level reads
         "own_p5": verdict.own_questions_p5 if verdict else None,  # the store's bar floor, to replay
     }
     # read for every lookup (the product reads them only in the band around the bar)
@@ -173,6 +174,13 @@ def calibration(records: pd.DataFrame) -> dict[str, dict[str, float]]:
             "top_relevant": float(rows["top_relevant"].mean()) if len(rows) else None,
         }
     return table
+
+
+def unanswerable_levels(records: pd.DataFrame) -> dict[str, int]:
+    """Levels of the found lookups of questions the store cannot answer (every group but the
+    answerable one): each is a wrong answer, and ``high`` claims it most."""
+    found = records[(records["group"] != "answerable") & records["found"]]
+    return {level: int((found["level"] == level).sum()) for level in LEVELS}
 
 
 def hint_meaning(records: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -299,14 +307,15 @@ def print_tables(results: dict[str, Any]) -> None:
         )  # fmt: skip
     console.print(table)
     levels = Table(title="relevance level: share of found lookups whose top block is relevant (lookups)")
-    for column in ["knowledge base", *LEVELS]:
+    for column in ["knowledge base", *LEVELS, "unanswerable found: high / medium / low"]:
         levels.add_column(column)
     for name, block in results["sets"].items():
         cells = [
             f"{c['top_relevant']:.3f} ({c['lookups']})" if c["lookups"] else "- (0)"
             for c in (block["calibration"][level] for level in LEVELS)
         ]
-        levels.add_row(name, *cells)
+        wrong = " / ".join(str(block["unanswerable_levels"][level]) for level in LEVELS)
+        levels.add_row(name, *cells, wrong)
     console.print(levels)
 
 
@@ -335,6 +344,7 @@ def main() -> int:
             **measured,
             "found_rate": found_rates(frame),
             "calibration": calibration(frame),
+            "unanswerable_levels": unanswerable_levels(frame),
             "hints": hint_meaning(frame),
             "records": frame.to_dict("records"),
         }
