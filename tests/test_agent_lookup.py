@@ -225,8 +225,11 @@ def test_cli_query_records_unless_no_record(store_config: Config) -> None:
     )
     assert skipped.exit_code == 0, skipped.output
     assert json.loads(skipped.stdout)["retrievalTrace"]["invocationRecord"] is None
-    rejected = runner.invoke(app, ["query", "bad\x07query", "--set", store, "--session", "cli"])
+    rejected = runner.invoke(app, ["query", "bad\x07query", "--set", store, "--session", "cli", "--json"])
     assert rejected.exit_code == 2
+    contract = json.loads(rejected.stdout)  # --json: the invalid_input result, as an agent parses it
+    assert (contract["evidenceStatus"], contract["found"]) == ("invalid_input", False)
+    assert contract["message"].startswith("Invalid query:") and "invalid query" in rejected.stderr
 
     listed = runner.invoke(app, ["invocations", "--session", "cli", "--json", "--set", store])
     assert listed.exit_code == 0, listed.output

@@ -244,9 +244,11 @@ def query_command(
     session = session or new_session_id("cli")  # recorded under an id of its own, never blank
     problem = query_problem(text, settings.retrieval.max_query_chars)
     if problem is not None:
+        rejected = failure_result(text, "invalid_input", f"Invalid query: {problem}.", [])
         if not no_record:
-            rejected = failure_result(text[:200], "invalid_input", f"Invalid query: {problem}.", [])
-            _record_unrun(settings, text, session, rejected)
+            _record_unrun(settings, text, session, rejected.model_copy(update={"query": text[:200]}))
+        if as_json:  # the agent's contract on stdout, as for an outage; the reason on stderr
+            _print_lookup(rejected, as_json, indent)
         fail(f"invalid query: {problem}")
     try:
         agent = AgentLookup.from_config(settings, record=not no_record, require_store=True)  # fails fast
