@@ -28,7 +28,7 @@ from lookup_knowledge.adapters.search import (
     SearchHit,
     SearchRequest,
 )
-from lookup_knowledge.adapters.sparse import SparseVector
+from lookup_knowledge.adapters.sparse import SparseVector, distinctive
 from lookup_knowledge.contract import AttemptKind, DecisionRule, FallbackReason, FallbackRule
 
 
@@ -344,7 +344,18 @@ def fallback_decision(
         return decide("unfiltered", "filter_lost", "filtered_vector_low_quality")
     if values.sparse_score_ratio is not None and values.sparse_score_ratio < policy.sparse_score_ratio:
         return decide("unfiltered", "filter_lost_terms", "filtered_vector_low_quality")
+    if _codes_left_out(filtered_hits, unfiltered_hits):
+        return decide("unfiltered", "filter_lost_code", "filtered_vector_low_quality")
     return decide("filtered", "filter_holds_up")
+
+
+def _codes_left_out(filtered: SearchAttempt, unfiltered: SearchAttempt) -> bool:
+    """Whether an unfiltered hit holds a distinctive code of the query (``--editor``,
+    ``collections.Complement``) that no filtered hit holds: the filter an L0 hint derived
+    ("editor" names the editors page's category) left out the chunk the query names."""
+    inside = {code.lower() for hit in filtered.usable for code in hit.exact_codes}
+    outside = {code for hit in unfiltered.usable for code in hit.exact_codes}
+    return any(distinctive(code) and code.lower() not in inside for code in outside)
 
 
 @config.when(l1_enabled=True)

@@ -40,6 +40,7 @@ DecisionRule = Literal[
     "filter_holds_up",  # relative rule: filtered top >= score_ratio x unfiltered top (BM25 too)
     "filter_lost",  # relative rule: the dense top below that; unfiltered hits
     "filter_lost_terms",  # relative rule: the BM25 top below sparse_score_ratio x unfiltered; unfiltered hits
+    "filter_lost_code",  # relative rule: only unfiltered hits hold a distinctive query code; unfiltered hits
     "filtered_top_at_threshold",  # threshold rule: filtered top score >= reference_threshold
     "filtered_top_below_threshold",  # threshold rule: below it; unfiltered hits
     "l1_disabled",

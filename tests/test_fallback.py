@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -558,3 +558,28 @@ def test_never_more_than_two_searches_and_one_set_of_hits_used(run, name):
     used = {a["kind"] for a in r.attempts if a["used"]}
     for block in r.json["evidenceBlocks"]:
         assert block["hitReasons"][0].removeprefix("vector:") in used
+
+
+def _holding(attempt: SearchAttempt, *codes: str) -> SearchAttempt:
+    """The search with its hit holding ``codes`` verbatim."""
+    hit = replace(attempt.usable[0], exact_codes=codes)
+    return replace(attempt, hits=[hit], usable=[hit])
+
+
+@pytest.mark.parametrize(
+    ("inside", "outside", "fired"),
+    [
+        ((), ("--editor",), "filter_lost_code"),  # only a chunk outside the filter holds the flag
+        (("--EDITOR",), ("--editor",), "filter_holds_up"),  # the filter kept a holder (any case)
+        ((), ("GitHub",), "filter_holds_up"),  # a product's name is no distinctive code
+        ((), (), "filter_holds_up"),
+    ],
+)
+def test_a_filter_that_leaves_out_the_querys_code_falls_back(inside, outside, fired):
+    """ "editor" routes "what does --editor do" to the editors page's category; the `hugo new`
+    options listing `--editor` lies in another: the scores hold up, the code does not."""
+    filtered = _holding(_searched("tools", 0.8, 6.0), *inside)
+    unfiltered = _holding(_searched(None, 1.0, 10.0), *outside)
+    made = fallback_decision(filtered, unfiltered, FallbackPolicy(score_ratio=0.75), True)
+    assert made.rule == fired
+    assert made.use == ("unfiltered" if fired == "filter_lost_code" else "filtered")
