@@ -137,12 +137,6 @@ def _top_block_hit(hits: list[SearchHit], returned: list[Any]) -> SearchHit:
     return next((hit for hit in hits if hit.point_id == first), hits[0])
 
 
-def _top_hit_coverage(terms: tuple[str, ...], top: SearchHit) -> float:
-    """The share of the query's terms the top hit holds by itself (the relevance level reads it)."""
-    held = set(top.matched_terms)
-    return sum(term in held for term in terms) / len(terms)
-
-
 def _code_holders(hits: list[SearchHit], returned: set[Any]) -> list[SearchHit]:
     """The hits whose codes and titles may answer for themselves: the best ones and every one the
     result returns (the rerank lifts a block holding the query's code, ``rerank.exact_code``, and
@@ -311,7 +305,7 @@ def evidence_verdict(
     coverage, matched, top_coverage = (None, (), None)
     if retrieval_mode != "dense" and query_terms:
         coverage, matched = _coverage(query_terms, hits)
-        top_coverage = _top_hit_coverage(query_terms, top)
+        top_coverage = _coverage(query_terms, [top])[0]  # what the top block holds by itself
     holders = _code_holders(hits, set(returned))
     reason = _reason(query, margin, coverage, holders, policy)
     informative = unheld = None
