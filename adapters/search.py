@@ -18,14 +18,16 @@ from lookup_knowledge.contract import FusionMethod, RetrievalMode
 
 from .payload import (
     ACCESS_FIELD,
+    BREADCRUMB_FIELD,
     DOC_CHUNKS_FIELD,
     DOC_HASH_FIELD,
     DOC_ID_FIELD,
     EVIDENCE_KEY_FIELD,
     SOURCE_FIELD,
     SOURCE_FILE_FIELD,
+    TITLE_FIELD,
 )
-from .sparse import SparseVector
+from .sparse import SparseVector, held_as_written
 
 PUBLIC_PRINCIPAL = "public"  # in a document's access: every caller; every restricted caller holds it
 TIE_SLACK = 8  # extra sparse/hybrid hits fetched so equal scores are cut by point id, not by chance
@@ -168,6 +170,18 @@ class SearchHit:
     matched_terms: tuple[str, ...] = ()
     exact_codes: tuple[str, ...] = ()
     fusion: FusionMethod | None = None  # hybrid: how the store fused the search that ranked it
+
+    def written_terms(self, terms: Sequence[str] | None = None) -> tuple[str, ...]:
+        """Of ``terms`` (default: ``matched_terms``), those the hit holds as written (whole words,
+        case-insensitive), not only in another form of their stem (``parent`` for "parental",
+        ``leavers`` for "leave"): in the words BM25 read, its title, breadcrumb and content."""
+        terms = self.matched_terms if terms is None else terms
+        if not terms:
+            return ()
+        payload = self.payload
+        text = "\n".join((payload.get(TITLE_FIELD) or "", payload.get(BREADCRUMB_FIELD) or "", self.content))
+        text = text.lower()
+        return tuple(term for term in terms if held_as_written(text, term))
 
 
 @dataclass(frozen=True, slots=True)

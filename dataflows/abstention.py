@@ -130,6 +130,13 @@ def _coverage(terms: tuple[str, ...], hits: list[SearchHit]) -> tuple[float, tup
     return len(held) / len(terms), held
 
 
+def _written_share(terms: tuple[str, ...], hit: SearchHit) -> float:
+    """The share of the query's terms one hit holds by itself, as written: a neighbouring
+    field's block often holds the question's words in another sense ("leavers" for "leave")."""
+    written = set(hit.written_terms())
+    return sum(term in written for term in terms) / len(terms)
+
+
 def _top_block_hit(hits: list[SearchHit], returned: list[Any]) -> SearchHit:
     """The hit of the first returned block (the rerank may put another first than the store's
     best hit), the best hit when none is returned: what the relevance level speaks of."""
@@ -305,7 +312,7 @@ def evidence_verdict(
     coverage, matched, top_coverage = (None, (), None)
     if retrieval_mode != "dense" and query_terms:
         coverage, matched = _coverage(query_terms, hits)
-        top_coverage = _coverage(query_terms, [top])[0]  # what the top block holds by itself
+        top_coverage = _written_share(query_terms, top)
     holders = _code_holders(hits, set(returned))
     reason = _reason(query, margin, coverage, holders, policy)
     informative = unheld = None

@@ -23,7 +23,7 @@ from lookup_knowledge.adapters.payload import (
 )
 from lookup_knowledge.adapters.search import SearchHit, identity_key
 from lookup_knowledge.adapters.source_files import SourceFile
-from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS, held_as_written
+from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import BlockLocation, CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
@@ -100,13 +100,9 @@ def _final_hits(
 def _shown_terms(hit: SearchHit) -> list[str]:
     """The first :data:`MAX_MATCHED_TERMS` matched terms, each marked ``~`` when the block holds
     it only in another form of its stem (BM25's English stemmer: ``parental~`` for "parent")."""
-    payload = hit.payload
-    # the words BM25 read (sparse_text), without its additions: they repeat the title or are tokens
-    parts = (payload.get(TITLE_FIELD) or "", payload.get(BREADCRUMB_FIELD) or "", hit.content)
-    text = "\n".join(parts).lower()
-    return [
-        term if held_as_written(text, term) else f"{term}~" for term in hit.matched_terms[:MAX_MATCHED_TERMS]
-    ]
+    shown = hit.matched_terms[:MAX_MATCHED_TERMS]
+    written = set(hit.written_terms(shown))
+    return [term if term in written else f"{term}~" for term in shown]
 
 
 def _signal_reasons(hit: SearchHit, place: int, retrieval_mode: str, fusion: str) -> list[str]:

@@ -278,8 +278,9 @@ class EvidenceVerdictTrace(ContractModel):
     )
     top_hit_coverage: float | None = Field(
         None,
-        description="share of the query's terms the top block (the first returned) holds by itself "
-        "(sparse, hybrid); relevance level high needs at least half",
+        description="share of the query's terms the top block (the first returned) holds by itself, "
+        "as written, not only in another form of their stem (sparse, hybrid); relevance level high "
+        "needs at least half",
     )
     informative_coverage: float | None = Field(
         None,

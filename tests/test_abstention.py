@@ -476,6 +476,31 @@ def test_high_needs_a_top_hit_holding_half_the_querys_terms() -> None:
     assert relevance_level("evidence", _verdict(1, 4, top_hit_coverage=0.0), "hybrid") == "low"
 
 
+def test_a_hit_holds_a_term_as_written_not_in_another_form_of_its_stem() -> None:
+    """BM25 matches "parental" in "parent" and "leave" in "leavers" (one stem); as written, the
+    block holds neither: the relevance level counts what it holds as written."""
+    hit = replace(
+        make_hit("access", 3, 0.6, content="Joiners, movers, leavers: the parent team revokes access."),
+        payload={"title": "Production Access Policy", "breadcrumb": "Production Access Policy"},
+        matched_terms=("parental", "leave", "policy", "access"),
+    )
+    assert hit.written_terms() == ("policy", "access")  # the title's "Policy" too, case-insensitive
+    assert hit.written_terms(("leave", "revokes")) == ("revokes",)
+
+
+def test_a_policy_question_the_sample_kb_holds_in_another_sense_is_not_high(tool) -> None:
+    """The sample knowledge base has no HR policies; its access policy's "Joiners, movers,
+    leavers" holds "leave" in another sense and "parental" not at all, and both searches rank it
+    first: whatever the verdict, the level does not vouch for it."""
+    result = tool.lookup("What is our parental leave policy?")
+    verdict = result.retrieval_trace.evidence_verdict
+    assert result.relevance_level != "high"
+    if result.evidence_blocks:  # found (the margin is the model's): the top block's words
+        sparse = [r for r in result.evidence_blocks[0].hit_reasons if r.startswith("vector:sparse rank")]
+        assert sparse and "leave~" in sparse[0] and "(policy" in sparse[0]
+        assert verdict.top_hit_coverage == pytest.approx(1 / 3)  # "policy" of three terms
+
+
 # -- codes of the blocks returned ----------------------------------------------------------------
 
 CODE_QUERY = "what does RETRY_MAX_2 set"

@@ -34,9 +34,9 @@ question names (E4471) or is the page whose title it puts in code \
 of answerable ones; questions from a neighbouring field or on a company's own policies more \
 often, up to 25%). \
 `relevanceLevel`: "high" when the meaning and the keyword search both rank the top block first \
-and it holds at least half of the question's words (its top block was relevant in 81-100% of \
-judged lookups on six of eight test collections), "medium" when both rank it in their top 3 \
-(58-100% on those six), "low" otherwise (38-100%): with "low", check that the blocks answer \
+and it holds at least half of the question's words as written (its top block was relevant in \
+80-100% of judged lookups on six of eight test collections), "medium" when both rank it in their \
+top 3 (61-94% on those six), "low" otherwise (37-100%): with "low", check that the blocks answer \
 before relying on them. \
 `completenessHint` "complete: ..." means no chunk left out scores near the best returned one; \
 "partial: N more chunks of similar strength in <documents>" means relevant material more likely \
