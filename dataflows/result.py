@@ -32,7 +32,7 @@ from .abstention import EvidenceVerdict
 from .retrieval import FallbackDecision, HybridFusion, SearchAttempt
 
 MEDIUM_AGREEMENT = 3  # medium: both searches rank the top block within this place (docs/trust.md)
-HIGH_COVERAGE = 0.5  # high: the top block also holds at least half of the query's informative terms
+HIGH_COVERAGE = 0.5  # high: the top block also holds half of the query's informative terms, as written
 HIGH_MARGIN, MEDIUM_MARGIN = 4.0, 3.0  # dense mode (no BM25 leg): levels by the verdict's margin
 SIMILAR_SHARE = 0.8  # a cut chunk with this share of the best block's rank score is of similar strength
 MAX_NAMED_DOCUMENTS = 3  # documents a partial hint names
@@ -159,8 +159,9 @@ def relevance_level(
     evidence_status: EvidenceStatus, evidence_verdict: EvidenceVerdict, retrieval_mode: str
 ) -> RelevanceLevel:
     """``high`` when the dense and the BM25 search both rank the top block (the first returned)
-    first and it holds at least :data:`HIGH_COVERAGE` of the query's terms (a neighbouring
-    field's question is often ranked first by both on its general words alone), ``medium`` when
+    first and it holds at least :data:`HIGH_COVERAGE` of the query's terms as written (a
+    neighbouring field's question is often ranked first by both on its general words alone, or on
+    its words in another sense: "leavers" for "leave"), ``medium`` when
     both rank it in their top :data:`MEDIUM_AGREEMENT`, else ``low`` (dense mode: by the
     margin); ``none`` without evidence. Measured meanings in ``docs/trust.md``."""
     if evidence_status != "evidence":
@@ -179,8 +180,8 @@ def relevance_level(
 
 
 def _holds_the_question(verdict: EvidenceVerdict) -> bool:
-    """Whether the top block holds :data:`HIGH_COVERAGE` of the query's terms (a query without
-    any, all stop words: its places alone decide)."""
+    """Whether the top block holds :data:`HIGH_COVERAGE` of the query's terms as written (a
+    query without any, all stop words: its places alone decide)."""
     return verdict.top_hit_coverage is None or verdict.top_hit_coverage >= HIGH_COVERAGE
 
 
