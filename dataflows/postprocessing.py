@@ -23,7 +23,7 @@ from lookup_knowledge.adapters.payload import (
 )
 from lookup_knowledge.adapters.search import SearchHit, identity_key
 from lookup_knowledge.adapters.source_files import SourceFile
-from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS
+from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS, distinctive
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import BlockLocation, CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
@@ -167,7 +167,9 @@ def screened_df(
     Reasons: ``below_evidence_floor`` (under ``relative_evidence_floor`` times the query's best
     on every signal it has: the normalized dense score and, from a sparse search, the BM25
     score), ``document_cap`` (``max_chunks_per_document`` reached: a document's places go to
-    its chunks that hold one of the query's codes first, then by score), ``return_n``.
+    its chunks that hold one of the query's codes first, then by score), ``return_n`` (a
+    distinctive code of the query that no block within ``return_n`` holds takes the last place
+    held by no code for its best holder: :func:`_code_places`).
     """
     ordered = sorted(records(candidates_df), key=lambda c: (-c["rank_score"], c["original_rank"]))
     below = _below_floor(ordered, relative_evidence_floor)
@@ -189,7 +191,28 @@ def screened_df(
         else:
             left_out, kept = None, kept + 1
         screened[key] = {**candidate, "hit_reasons": list(candidate["hit_reasons"]), "left_out": left_out}
-    return object_frame(list(screened.values()), SCREENED_COLUMNS)
+    return object_frame(_code_places(list(screened.values())), SCREENED_COLUMNS)
+
+
+def _code_places(screened: list[dict]) -> list[dict]:
+    """The screened candidates, each distinctive code of the query (``--editor``,
+    ``os.PathError``: :func:`distinctive`) that a candidate cut by ``return_n`` holds and no kept
+    one does given a place: its best holder takes the last kept place of a candidate holding no
+    code (cut by ``return_n`` in its stead). The store may rank the one chunk a question names
+    below five that share its other words; the rerank's boost orders only what is kept."""
+    kept = [row for row in screened if row["left_out"] is None]
+    held = {code.lower() for row in kept for code in row["exact_codes"]}
+    for row in screened:
+        codes = {code.lower() for code in row["exact_codes"] if distinctive(code)}
+        if row["left_out"] != "return_n" or not codes - held:
+            continue
+        uncoded = [other for other in kept if not other["exact_codes"]]
+        if not uncoded:
+            break
+        uncoded[-1]["left_out"], row["left_out"] = "return_n", None
+        kept = [other for other in kept if other is not uncoded[-1]] + [row]
+        held |= codes
+    return screened
 
 
 def _document_places(ordered: list[dict], max_chunks_per_document: int | None) -> set[str]:

@@ -285,8 +285,8 @@ class EvidenceVerdictTrace(ContractModel):
     informative_coverage: float | None = Field(
         None,
         description="read only where it can change the verdict (a margin under strictness by at most "
-        "1.0, or above it by less than strictness): the store's BM25 IDF of the terms the best three "
-        "hits hold, over that of all the query's terms",
+        "1.0, or above it by less than the larger of strictness and 1.0): the store's BM25 IDF of the "
+        "terms the best three hits hold, over that of all the query's terms",
     )
     unheld_share: float | None = Field(
         None,

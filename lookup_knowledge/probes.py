@@ -2,7 +2,7 @@
 how it scores questions it has nothing on (its null distribution; ``lookup_knowledge.calibration``).
 
 Generic on purpose: keyboard and word salads, chit-chat, and everyday questions from many
-unrelated walks of life, in eight languages. No domain has more than a few probes, so a
+unrelated walks of life, in nine languages. No domain has more than a few probes, so a
 knowledge base that does cover one of them (a cooking wiki) moves the null's upper quantiles
 little. This is a calibration sample, not a list of questions to refuse: a lookup is compared
 with the distribution these scores form on the store it searches, never matched against them.

@@ -164,6 +164,42 @@ def test_per_document_cap_keeps_the_chunk_that_holds_the_querys_code_first():
     assert "exact_code:SOME_ENV_VAR" in frame["hit_reasons"].iloc[2]
 
 
+def _holding(doc_id: str, score: float, *codes: str):
+    return ("unfiltered", replace(make_hit(doc_id, 0, score), exact_codes=codes))
+
+
+def test_a_distinctive_code_no_kept_block_holds_takes_the_last_uncoded_place():
+    """The store ranks the one chunk holding ``--editor`` sixth, under five that share the
+    question's other words: its best holder takes the fifth place, which is cut instead."""
+    hits = [*(_holding(f"d{i}", 0.9 - i / 100) for i in range(5)), _holding("flags", 0.6, "--editor")]
+    hits.append(_holding("flags-too", 0.5, "--editor"))  # a second holder: one place is enough
+    frame = screened_df(candidates_df(attempts(hits), NO_HINTS, "hybrid", HybridFusion()), 2, 5, 0.0)
+    assert dict(zip(frame["evidence_key"], frame["left_out"], strict=True)) == {
+        "d0#chunk-0": None, "d1#chunk-0": None, "d2#chunk-0": None, "d3#chunk-0": None,
+        "d4#chunk-0": "return_n", "flags#chunk-0": None, "flags-too#chunk-0": "return_n",
+    }  # fmt: skip
+    assert keys(deduped_df(frame))[-1] == "flags#chunk-0"  # in score order; the rerank lifts it
+
+
+@pytest.mark.parametrize(
+    ("kept_codes", "cut_codes"),
+    [
+        ((), ("GitHub",)),  # a camelCase word is as often a product's name: no place of its own
+        (("E4471",), ("E4471",)),  # a kept block holds it already
+    ],
+)
+def test_no_place_is_given_when_the_code_is_not_distinctive_or_is_kept(kept_codes, cut_codes):
+    hits = [_holding("a", 0.9, *kept_codes), _holding("b", 0.8), _holding("c", 0.7, *cut_codes)]
+    frame = screened_df(candidates_df(attempts(hits), NO_HINTS, "hybrid", HybridFusion()), 2, 2, 0.0)
+    assert list(frame["left_out"]) == [None, None, "return_n"]
+
+
+def test_kept_blocks_that_hold_codes_keep_their_places():
+    hits = [_holding("a", 0.9, "E4471"), _holding("b", 0.8, "E4471"), _holding("c", 0.7, "INV-48213")]
+    frame = screened_df(candidates_df(attempts(hits), NO_HINTS, "hybrid", HybridFusion()), 2, 2, 0.0)
+    assert list(frame["left_out"]) == [None, None, "return_n"]  # no uncoded place to give
+
+
 def test_block_without_doc_id_is_its_own_document():
     hits = [
         ("unfiltered", make_hit(None, None, 0.9, point_id="p-1")),
