@@ -55,7 +55,8 @@ SEARCH_NODES = {
 }  # the store round trips: the batch (or the one search), a threshold retry
 STAGES = ["embedding", "search", "postprocessing", "other_nodes", "hamilton_run"]
 POSTPROCESSING_NODES = {
-    "candidates_df", "deduped_df", "reranked_df", "ranked_evidence_blocks", "evidence_blocks", "context_pack",
+    "candidates_df", "screened_df", "deduped_df", "evidence_cuts", "reranked_df", "ranked_evidence_blocks",
+    "evidence_blocks", "context_pack",
 }  # fmt: skip
 
 

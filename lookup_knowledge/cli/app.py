@@ -324,7 +324,7 @@ def verify_command(
     ] = False,
     citation_pattern: Annotated[
         str | None,
-        typer.Option("--citation-pattern", help="Regex with a `key` group (default: bare or [key])."),
+        typer.Option("--citation-pattern", help="Regex with a `key` group (default: bare or \\[key])."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly the verdict JSON.")] = False,
 ) -> None:
