@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
@@ -171,6 +171,15 @@ def identifier_parts(identifier: str) -> tuple[str, ...]:
     """An identifier's words as written between its separators (``os.PathError``: ``os``,
     ``PathError``; ``--dry-run``: ``dry``, ``run``)."""
     return tuple(part for part in _IDENTIFIER_SEPARATORS.split(identifier.lstrip("-")) if part)
+
+
+def made_of_codes(terms: Sequence[str], codes: Iterable[str]) -> bool:
+    """Whether every one of a query's informative ``terms`` belongs to one of ``codes`` (the
+    code itself or a part of it, case-insensitive): the question is those codes, as "what does
+    baseURL do" is ``baseURL``, and a block holding them holds what it asks about."""
+    held = {code.lower() for code in codes}
+    words = held | {part.lower() for code in held for part in identifier_parts(code)}
+    return bool(held and terms) and all(term in words for term in terms)
 
 
 def held_as_written(text: str, term: str) -> bool:

@@ -2,7 +2,8 @@
 
     python benchmarks/exact_code_boost.py [--cache benchmarks/.cache] [--weights 0,0.05,0.1,0.2]
 
-Each weight on the same stores as ``benchmarks/few_matches.py`` (default pipeline otherwise):
+Each weight on the same stores as ``benchmarks/few_matches.py`` (default pipeline otherwise, but
+``rerank.code_question`` at 0, so that the boost is measured alone):
 the identifier questions of hugo-docs and of the held-out package READMEs ("what does
 <identifier> do", each identifier held by one chunk; the share whose holding chunk is the first
 block, and among the five), and nDCG@10 of every judged set. Prints a table, writes
@@ -37,7 +38,7 @@ def measure_set(name: str, cache: Path, weights: list[float]) -> dict[str, dict[
     rows = {}
     with tool:
         for weight in weights:
-            overrides = {"rerank.exact_code": weight}
+            overrides = {"rerank.exact_code": weight, "rerank.code_question": 0.0}  # the boost alone
             ranked = run(tool, base, {**DBSF, **overrides, **DEPTH}, opened.queries, opened.qrels)
             row = {"ndcg@10": ranked["ndcg@10"]}
             if questions := opened.questions:
@@ -56,7 +57,8 @@ def section(results: dict[str, Any]) -> str:
         "Measured by `python benchmarks/exact_code_boost.py` "
         f"({results['date']}, {where['cpu']}, load average {where['load_average'][0]}): "
         "`rerank.exact_code` adds its weight to a block's rank score (a share of the search's "
-        "best) when the block holds one of the query's codes verbatim (its `exact_code:` reason). "
+        "best) when the block holds one of the query's codes verbatim (its `exact_code:` reason); "
+        "measured alone, `rerank.code_question` (a question made of codes alone) at 0. "
         "Identifier questions as in [the section above](#a-bm25-leg-of-few-matches): the share "
         "whose holding chunk is the first block; nDCG@10 of each judged set.",
         "",

@@ -28,7 +28,7 @@ from hamilton.function_modifiers import config
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.payload import TITLE_FIELD
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-from lookup_knowledge.adapters.sparse import bm25_encoder, code_of, distinctive, identifier_parts
+from lookup_knowledge.adapters.sparse import bm25_encoder, code_of, distinctive, made_of_codes
 from lookup_knowledge.calibration import (
     NEAR_BAR,
     UNHELD_SHARE,
@@ -191,10 +191,7 @@ def _asks_only_codes(query: str, hits: list[SearchHit]) -> bool:
     (``what does baseURL do``): the question is the code, and the hit holds it, whatever the
     model makes of a word it cuts into pieces. A code among other words (``How do I delete my
     GitHub account?``) does not answer for itself: the margin and the words decide, as usual."""
-    held = {code.lower() for hit in hits for code in hit.exact_codes}
-    words = held | {part.lower() for code in held for part in identifier_parts(code)}
-    terms = query_terms(query)
-    return bool(held and terms) and all(term in words for term in terms)
+    return made_of_codes(query_terms(query), (code for hit in hits for code in hit.exact_codes))
 
 
 def _names_a_title(query: str, hits: list[SearchHit]) -> bool:

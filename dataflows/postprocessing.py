@@ -23,7 +23,7 @@ from lookup_knowledge.adapters.payload import (
 )
 from lookup_knowledge.adapters.search import SearchHit, identity_key
 from lookup_knowledge.adapters.source_files import SourceFile
-from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS, distinctive
+from lookup_knowledge.adapters.sparse import MAX_MATCHED_TERMS, distinctive, made_of_codes
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import BlockLocation, CappedChunk, EvidenceBlock, EvidenceCuts, L0Hints
 from lookup_knowledge.frames import column_values, frame_columns, object_frame, records
@@ -276,15 +276,21 @@ def evidence_cuts(screened_df: pd.DataFrame, deduped_df: pd.DataFrame) -> Eviden
     )
 
 
-def reranked_df(deduped_df: pd.DataFrame, rerank_weights: RerankConfig) -> pd.DataFrame:
+def reranked_df(
+    deduped_df: pd.DataFrame, rerank_weights: RerankConfig, query_terms: tuple[str, ...]
+) -> pd.DataFrame:
     """Rule-based rerank: weighted rank score plus recorded boosts; ties keep the store's order
     (rank fusion ties often: two hits first in one search and second in the other), then go
-    by evidence key."""
+    by evidence key. A block holding every code of a question made of codes alone ("what does
+    baseURL do": :func:`made_of_codes`) earns ``code_question``: the question is those codes."""
     scored = []
     for candidate in records(deduped_df):
         boosts = _boosts(candidate["l0_matches"], candidate["doc_type"], rerank_weights)
-        if rerank_weights.exact_code and candidate["exact_codes"]:  # its first code names the boost
-            boosts.append((f"exact_code:{candidate['exact_codes'][0]}", rerank_weights.exact_code))
+        codes = candidate["exact_codes"]
+        if rerank_weights.exact_code and codes:  # its first code names the boost
+            boosts.append((f"exact_code:{codes[0]}", rerank_weights.exact_code))
+        if rerank_weights.code_question and made_of_codes(query_terms, codes):
+            boosts.append((f"code_question:{codes[0]}", rerank_weights.code_question))
         score = rerank_weights.vector * candidate["rank_score"] + sum(c for _, c in boosts)
         scored.append({**candidate, "boosts": boosts, "rerank_score": score})
     scored.sort(key=lambda c: (-c["rerank_score"], -c["rank_score"], c["original_rank"], c["evidence_key"]))

@@ -150,6 +150,7 @@ class RerankConfig(_Section):
     keyword_match: float = Field(0.03, ge=0.0)
     title_match: float = Field(0.04, ge=0.0)
     exact_code: float = Field(0.1, ge=0.0)
+    code_question: float = Field(1.0, ge=0.0)
     source_type: dict[str, float] = Field(default_factory=dict)
 
 

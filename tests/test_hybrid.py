@@ -822,8 +822,13 @@ def test_a_rare_identifier_held_by_one_chunk_ranks_it_first(colour_kb, embedder)
 def test_without_the_few_matches_fusion_dbsf_ranks_the_only_match_under_the_dense_best(
     colour_kb, embedder
 ) -> None:
-    tool = make_tool(  # without the rerank's exact-code boost too: the fusion alone
-        colour_kb, embedder, l0__enabled=False, retrieval__few_matches_fusion=None, rerank__exact_code=0
+    tool = make_tool(  # without the rerank's code boosts too: the fusion alone
+        colour_kb,
+        embedder,
+        l0__enabled=False,
+        retrieval__few_matches_fusion=None,
+        rerank__exact_code=0,
+        rerank__code_question=0,
     )
     blocks = tool.lookup(COLOUR_QUERY).evidence_blocks
     holder = next(b for b in blocks if b.doc_id == "asset-pipeline")
@@ -833,7 +838,7 @@ def test_without_the_few_matches_fusion_dbsf_ranks_the_only_match_under_the_dens
 
 def test_the_verdict_places_the_block_returned_first_not_the_stores_best_hit(colour_kb, embedder) -> None:
     """Under DBSF the store ranks a colour page over the only `backgroundColor` holder; the
-    exact-code boost returns the holder first, and the places the relevance level reads are its."""
+    rerank's code boosts return the holder first, and the places the relevance level reads are its."""
     tool = make_tool(colour_kb, embedder, l0__enabled=False, retrieval__few_matches_fusion=None)
     result = tool.lookup(COLOUR_QUERY)
     first = result.evidence_blocks[0]

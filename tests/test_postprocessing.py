@@ -299,8 +299,8 @@ WEIGHTS = RerankConfig(
 )
 
 
-def rerank(hits, weights=WEIGHTS, hints=RICH_HINTS):
-    return reranked_df(dedup(hits, hints=hints), weights)
+def rerank(hits, weights=WEIGHTS, hints=RICH_HINTS, terms=("refund", "approval")):
+    return reranked_df(dedup(hits, hints=hints), weights, terms)
 
 
 def test_l0_hint_matching_a_candidate_is_its_hit_reason():
@@ -510,9 +510,28 @@ def test_a_block_holding_the_querys_code_gets_the_exact_code_boost():
 
     def ranked(weights):
         candidates = candidates_df(attempts(hits), NO_HINTS, "hybrid", HybridFusion())
-        return reranked_df(deduped_df(screened_df(candidates, 2, 20, 0.0)), weights)
+        return reranked_df(deduped_df(screened_df(candidates, 2, 20, 0.0)), weights, ("e4471", "fix"))
 
     boosted = ranked(RerankConfig())
     assert keys(boosted) == ["runbook#chunk-0", "guide#chunk-0"]
-    assert boosted.iloc[0]["boosts"] == [("exact_code:E4471", 0.1)]
+    assert boosted.iloc[0]["boosts"] == [("exact_code:E4471", 0.1)]  # "fix": not a question of codes alone
     assert keys(ranked(RerankConfig(exact_code=0))) == ["guide#chunk-0", "runbook#chunk-0"]
+
+
+def test_a_block_holding_every_code_of_a_question_made_of_codes_comes_first():
+    """ "what does --editor do" is the code and nothing else: the one block holding it comes
+    first however far the store ranked it under blocks sharing only the code's word."""
+    holder = replace(make_hit("hugo-new", 3, 0.4), exact_codes=("--editor",), sparse_rank=1)
+    editors = [make_hit("editors", i, 0.8 - i / 100) for i in range(2)]
+    hits = [("unfiltered", hit) for hit in (*editors, holder)]
+
+    def ranked(weights, terms=("--editor", "editor")):
+        candidates = candidates_df(attempts(hits), NO_HINTS, "hybrid", HybridFusion())
+        return reranked_df(deduped_df(screened_df(candidates, 3, 20, 0.0)), weights, terms)
+
+    first = ranked(RerankConfig()).iloc[0]
+    assert first["evidence_key"] == "hugo-new#chunk-3"
+    assert first["boosts"] == [("exact_code:--editor", 0.1), ("code_question:--editor", 1.0)]
+    assert keys(ranked(RerankConfig(code_question=0)))[0] == "editors#chunk-0"
+    asked_more = ranked(RerankConfig(), terms=("--editor", "editor", "vim"))  # a word the code lacks
+    assert asked_more.iloc[0]["evidence_key"] == "editors#chunk-0"
