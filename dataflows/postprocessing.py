@@ -195,11 +195,11 @@ def screened_df(
 
 
 def _code_places(screened: list[dict]) -> list[dict]:
-    """The screened candidates, each distinctive code of the query (``--editor``,
-    ``os.PathError``: :func:`distinctive`) that a candidate cut by ``return_n`` holds and no kept
-    one does given a place: its best holder takes the last kept place of a candidate holding no
-    code (cut by ``return_n`` in its stead). The store may rank the one chunk a question names
-    below five that share its other words; the rerank's boost orders only what is kept."""
+    """Give each distinctive code of the query (``--editor``, ``os.PathError``:
+    :func:`distinctive`) that a candidate cut by ``return_n`` holds, and no kept candidate does,
+    a place: its best holder takes the place of the last kept candidate holding no code, which
+    ``return_n`` cuts instead. The store may rank the one chunk a question names below five that
+    share its other words, and the rerank's boosts order only what is kept."""
     kept = [row for row in screened if row["left_out"] is None]
     held = {code.lower() for row in kept for code in row["exact_codes"]}
     for row in screened:
