@@ -167,9 +167,9 @@ def screened_df(
     Reasons: ``below_evidence_floor`` (under ``relative_evidence_floor`` times the query's best
     on every signal it has: the normalized dense score and, from a sparse search, the BM25
     score), ``document_cap`` (``max_chunks_per_document`` reached: a document's places go to
-    its chunks that hold one of the query's codes first, then by score), ``return_n`` (a
-    distinctive code of the query that no block within ``return_n`` holds takes the last place
-    held by no code for its best holder: :func:`_code_places`).
+    its chunks that hold one of the query's codes first, then by score), ``return_n`` (but a
+    distinctive code of the query that no kept block holds gets a place for its best holder:
+    :func:`_code_places`).
     """
     ordered = sorted(records(candidates_df), key=lambda c: (-c["rank_score"], c["original_rank"]))
     below = _below_floor(ordered, relative_evidence_floor)

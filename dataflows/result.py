@@ -161,9 +161,9 @@ def relevance_level(
     """``high`` when the dense and the BM25 search both rank the top block (the first returned)
     first and it holds at least :data:`HIGH_COVERAGE` of the query's terms as written (a
     neighbouring field's question is often ranked first by both on its general words alone, or on
-    its words in another sense: "leavers" for "leave"), ``medium`` when
-    both rank it in their top :data:`MEDIUM_AGREEMENT`, else ``low`` (dense mode: by the
-    margin); ``none`` without evidence. Measured meanings in ``docs/trust.md``."""
+    its words in another sense: "leavers" for "leave"), ``medium`` when both rank it in their
+    top :data:`MEDIUM_AGREEMENT`, else ``low`` (dense mode: by the margin); ``none`` without
+    evidence. Measured meanings in ``docs/trust.md``."""
     if evidence_status != "evidence":
         return "none"
     verdict = evidence_verdict
