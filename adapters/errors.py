@@ -44,6 +44,11 @@ class StoreBackendError(StoreError):
     """The store was reached but an operation failed (a server error, a corrupt segment)."""
 
 
+class PointGoneError(StoreBackendError):
+    """A point a search returned was not given back when its text was read: deleted since (a
+    write of this process between the two calls), or unreadable."""
+
+
 @contextmanager
 def backend_errors(action: str) -> Iterator[None]:
     """Translate an engine's own exceptions raised while doing ``action`` into :class:`StoreBackendError`."""

@@ -16,6 +16,7 @@ from typing import Any
 import qdrant_edge as qe
 
 from .errors import (
+    PointGoneError,
     StoreLockedError,
     StoreMissingError,
     StoreOutdatedError,
@@ -27,11 +28,13 @@ from .qdrant_store import (
     DENSE_VECTOR,
     RRF_K,
     SPARSE_VECTOR,
+    PointData,
     QdrantStore,
     ScoredPoints,
     dense_vector,
     found_hits,
     missing_points,
+    reads_back,
     stored_cosines,
 )
 from .search import AccessScope, SearchHit, SearchRequest, StoredChunk
@@ -158,16 +161,30 @@ class QdrantEdgeStore(QdrantStore):
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches planned as one batch by the engine (a hybrid search brings its
-        dense and sparse companions, which report each fused hit's places and BM25 score)."""
+        dense and sparse companions, which report each fused hit's places and BM25 score).
+        A write of this process that removed a kept point between the batch and the read of
+        its text (a new version of its document) is met by searching again, once."""
+        try:
+            return self._search_batch(requests)
+        except PointGoneError:
+            return self._search_batch(requests)
+
+    def _search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         queries = [query for request in requests for query in engine_queries(request)]
         with backend_errors("search" if len(requests) == 1 else "batch search"):
             results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
-        return found_hits(requests, results, self._cosines, self._matching, self._ranked_again)
+        return found_hits(requests, results, self._cosines, self._matching, self._ranked_again, self._points)
 
     def _ranked_again(self, requests: Sequence[SearchRequest]) -> list[list[Any]]:
         """The ranked query alone of each request (one batch): a search fused again."""
         with backend_errors("search"):
             return self._shard.query_batch(qe.QueryBatchRequest([engine_queries(r)[0] for r in requests]))
+
+    def _points(self, ids: list[Any]) -> dict[Any, PointData]:
+        """The payload and BM25 vector of each point a search kept (one call for all)."""
+        with backend_errors("search"):
+            records = self._shard.retrieve(ids, with_payload=True, with_vector=[SPARSE_VECTOR])
+        return {r.id: (r.payload, r.vector) for r in records}
 
     def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[Any, float]]:
         """The dense scores of the points each request still lacks, from their stored vectors
@@ -332,25 +349,19 @@ def _has_data(path: Path) -> bool:
 def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
     """The engine queries of one request: the ranked one, and for hybrid its dense and sparse
     companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
-    places and the BM25 score of the hits they hold). A ``scores_only`` request's ranked query
-    returns each point's document id alone."""
+    places and the BM25 score of the hits they hold). A sparse or hybrid ranked query returns
+    ids and scores alone: the payload and BM25 vector (whose terms name the matches) of the
+    points it keeps are read by id (:func:`~.qdrant_store.reads_back`); a ``scores_only``
+    request's returns each point's document id."""
     where = _request_filter(request)
-    payload = [DOC_ID_FIELD] if request.scores_only else True
     dense = qe.Query.Nearest(list(request.query_vector), DENSE_VECTOR)
     if request.mode == "dense":
+        payload = [DOC_ID_FIELD] if request.scores_only else True
         return [qe.QueryRequest(limit=request.top_k, query=dense, filter=where, with_payload=payload)]
     sparse = qe.Query.Nearest(_sparse(request.sparse_vector), SPARSE_VECTOR)
-    # its terms name the matches (cosines come from dense scores); a scores-only search names none
-    vectors = None if request.scores_only else [SPARSE_VECTOR]
+    payload = False if reads_back(request) else [DOC_ID_FIELD]
     if request.mode == "sparse":
-        ranked = qe.QueryRequest(
-            limit=request.ranked_width,
-            query=sparse,
-            filter=where,
-            with_payload=payload,
-            with_vector=vectors,
-        )
-        return [ranked]
+        return [qe.QueryRequest(limit=request.ranked_width, query=sparse, filter=where, with_payload=payload)]
     width = request.prefetch_width
     fused = qe.QueryRequest(
         limit=request.ranked_width,
@@ -360,7 +371,6 @@ def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
         ],
         query=qe.Fusion.Rrf(k=RRF_K) if request.fusion == "rrf" else qe.Fusion.Dbsf(),
         with_payload=payload,
-        with_vector=vectors,
     )
     companions = [qe.QueryRequest(limit=request.ranked_width, query=q, filter=where) for q in (dense, sparse)]
     return [fused, *companions]

@@ -13,7 +13,7 @@ import numpy as np
 
 from lookup_knowledge.contract import FusionMethod
 
-from .errors import StoreBackendError
+from .errors import PointGoneError, StoreBackendError
 from .payload import BREADCRUMB_FIELD, CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD, EMBEDDING_MODEL_FIELD
 from .search import AccessScope, KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
 from .sparse import Bm25Encoder, bm25_encoder, holds_identifier
@@ -197,6 +197,7 @@ def hit_from_payload(
 
 
 Point = tuple[Any, float, "Mapping[str, Any] | None", "Mapping[str, Any] | None"]
+PointData = tuple["Mapping[str, Any] | None", "Mapping[str, Any] | None"]  # payload, named vectors
 
 
 class ScoredPoints:
@@ -296,22 +297,28 @@ def found_hits(
     ask_cosines: Callable[[list[ScoredPoints]], Iterable[dict[Any, float]]],
     stored: Callable[[SearchRequest], int],
     ask_ranked: Callable[[list[SearchRequest]], Iterable[Iterable[Any]]],
+    ask_points: Callable[[list[Any]], Mapping[Any, PointData]] | None = None,
 ) -> list[list[SearchHit]]:
     """Each request's hits from the engine's result lists, in the order the adapter sent the
     queries: the ranked one, then for hybrid its dense and sparse companions (points with
     ``id``, ``score``, ``payload``, ``vector``). A hybrid search whose BM25 leg matched few
     chunks (its sparse companion shows them all) is fused again by its ``few_matches_fusion``
     (:meth:`~.search.SearchRequest.few_matches_search`; ``ask_ranked``: the adapter runs the
-    ranked query alone of each, in one more round trip for all). The cosines no search returned
-    are asked of the store in one more round trip for all requests (``ask_cosines``: the
-    adapter reads those points' dense vectors, :func:`stored_cosines`), only when some request
-    lacks any; every list is then checked by :func:`complete_hits` (``stored``: the store's
-    point count under a request's filters)."""
+    ranked query alone of each, in one more round trip for all). ``ask_points``: an adapter
+    whose ranked sparse or hybrid queries return ids and scores alone (:func:`reads_back`) reads
+    the payload and BM25 vector of the ``top_k`` points each keeps in one more round trip for
+    all. The cosines no search returned are asked of the store in one more round trip for all
+    requests (``ask_cosines``: the adapter reads those points' dense vectors,
+    :func:`stored_cosines`), only when some request lacks any; every list is then checked by
+    :func:`complete_hits` (``stored``: the store's point count under a request's filters)."""
     lists = _few_matches_fused([_lists(request, results) for request in requests], ask_ranked)
-    scored = []
+    kept = []
     for request, points, places in lists:
         bm25 = _places(places[1]) if request.mode == "hybrid" else None  # once for both cuts
-        scored.append(ScoredPoints(request, _ranked(request, points, bm25), *places, sparse_places=bm25))
+        kept.append((request, _ranked(request, points, bm25), places, bm25))
+    if ask_points is not None:
+        kept = _read_back(kept, ask_points)
+    scored = [ScoredPoints(r, points, *places, sparse_places=bm25) for r, points, places, bm25 in kept]
     asking = [s for s in scored if s.missing_cosines]
     answers = iter(ask_cosines(asking) if asking else [])
     return [
@@ -320,6 +327,37 @@ def found_hits(
 
 
 Search = tuple[SearchRequest, Iterable[Any], list[list[tuple[Any, float]]]]  # ranked, companions
+Places = dict[Any, tuple[int, float]]  # a search's points: (place from 1, score)
+Kept = tuple[SearchRequest, list[Point], list[list[tuple[Any, float]]], "Places | None"]  # points kept
+
+
+def reads_back(request: SearchRequest) -> bool:
+    """Whether an adapter with ``ask_points`` sends this request's ranked query for ids and
+    scores alone (a sparse or hybrid search, not ``scores_only``): it fetches ``ranked_width``
+    points to cut ties, and reading the payload and BM25 vector of only the ``top_k`` it keeps,
+    by id, costs less in an embedded engine (about 0.4 ms a SciFact hybrid search) than reading all."""
+    return request.mode != "dense" and not request.scores_only
+
+
+def _read_back(kept: list[Kept], ask_points: Callable[[list[Any]], Mapping[Any, PointData]]) -> list[Kept]:
+    """The kept points of every request that :func:`reads_back` with their payload and BM25
+    vector, read in one round trip for all. A point the store no longer gives back (deleted
+    since the search, or unreadable) is a :class:`PointGoneError`."""
+    ids = list(dict.fromkeys(pid for r, points, *_ in kept if reads_back(r) for pid, *_ in points))
+    if not ids:
+        return kept
+    read = ask_points(ids)
+    if missing := [pid for pid in ids if pid not in read]:
+        raise PointGoneError(
+            f"the store did not give back point {missing[0]} that its search returned (deleted "
+            "meanwhile, or its data is corrupt); search again, or delete the store and ingest again"
+        )
+    return [
+        (request, [(pid, score, *read[pid]) for pid, score, *_ in points], places, bm25)
+        if reads_back(request)
+        else (request, points, places, bm25)
+        for request, points, places, bm25 in kept
+    ]
 
 
 def _lists(request: SearchRequest, results: Iterator[Iterable[Any]]) -> Search:

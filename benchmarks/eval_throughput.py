@@ -20,6 +20,7 @@ queries while this one's DAGs run, so it can pass it. Eval's own work per query
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import tempfile
@@ -34,7 +35,7 @@ from rich.table import Table
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.qdrant_edge_store import engine_queries
-from lookup_knowledge.adapters.qdrant_store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR
+from lookup_knowledge.adapters.qdrant_store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, reads_back
 from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.eval import metrics
@@ -96,8 +97,9 @@ def main() -> int:
             return len(texts) / (time.perf_counter() - start)
 
         def design_floor() -> float:
-            """Queries/s of the batched encode, every engine query the eval sends (fused query and
-            companions, as the adapter builds them) and one run per query of Hamilton alone."""
+            """Queries/s of the batched encode, every engine call the eval makes (fused query and
+            companions, as the adapter builds them, and the read of the points each keeps) and
+            one run per query of Hamilton alone."""
             start = time.perf_counter()
             vectors = encoder.encode(texts, 64)
             settings = deep.config.retrieval
@@ -113,7 +115,13 @@ def main() -> int:
                 )
                 for text, vector in zip(texts, vectors, strict=True)
             ]
-            shard.query_batch(qe.QueryBatchRequest([q for r in requests for q in engine_queries(r)]))
+            sent = [engine_queries(r) for r in requests]
+            found = shard.query_batch(qe.QueryBatchRequest([q for queries in sent for q in queries]))
+            firsts = itertools.accumulate([0, *(len(queries) for queries in sent[:-1])])  # ranked queries
+            ranked = [(r, found[n]) for r, n in zip(requests, firsts, strict=True) if reads_back(r)]
+            kept = [point.id for r, points in ranked for point in points[: r.top_k]]
+            if kept:  # the payload and BM25 vector of the points each search keeps, read by id
+                shard.retrieve(kept, with_payload=True, with_vector=[SPARSE_VECTOR])
             shaped = time.perf_counter()
             for text in texts:
                 shape_only.execute([FINAL_NODE], inputs=deep.dataflow_inputs(text))

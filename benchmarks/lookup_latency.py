@@ -3,8 +3,9 @@ Hamilton alone, measured side by side.
 
 Each query runs, back to back so all see the same machine load: the floor (the model's
 ``encode`` of the query plus one direct dense Qdrant Edge search on the same shard), the hybrid
-floor (the encode, the query's BM25 vector and the engine queries a hybrid search sends: the
-fused query and its dense and sparse companions), Hamilton alone (the lookup DAG's exact shape,
+floor (the encode, the query's BM25 vector and the engine calls a hybrid search makes: the
+fused query and its dense and sparse companions, then the read of the payload and BM25 vector
+of the ``top_k`` points it keeps), Hamilton alone (the lookup DAG's exact shape,
 every node returning at once, with the executed-node hook), the lookup (configured mode, hybrid
 by default), a dense-mode lookup, a hybrid lookup with prefetches only ``retrieve_k`` wide (the
 wide prefetch's cost) and the lookup of a caller who sees half the documents (``access_lookup``:
@@ -42,7 +43,7 @@ from rich.table import Table
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config
 from lookup_knowledge.adapters.qdrant_edge_store import engine_queries
-from lookup_knowledge.adapters.qdrant_store import DENSE_VECTOR
+from lookup_knowledge.adapters.qdrant_store import DENSE_VECTOR, SPARSE_VECTOR
 from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.pipeline import FINAL_NODE
@@ -145,7 +146,8 @@ def main() -> int:
             return (encoded - start) * 1000, (time.perf_counter() - start) * 1000
 
         def hybrid_floor(text: str) -> float:
-            """ms of the encode, the BM25 query vector and the engine queries of a hybrid search."""
+            """ms of the encode, the BM25 query vector and the engine calls of a hybrid search: its
+            queries (ids and scores), then the payload and BM25 vector of the ``top_k`` it keeps."""
             start = time.perf_counter()
             request = SearchRequest(
                 text,
@@ -156,7 +158,9 @@ def main() -> int:
                 fusion=config.retrieval.fusion,
                 prefetch_k=config.retrieval.prefetch_k,
             )
-            shard.query_batch(qe.QueryBatchRequest(engine_queries(request)))
+            ranked = shard.query_batch(qe.QueryBatchRequest(engine_queries(request)))[0]
+            kept = [point.id for point in ranked[: request.top_k]]  # read back as the adapter does
+            shard.retrieve(kept, with_payload=True, with_vector=[SPARSE_VECTOR])
             return (time.perf_counter() - start) * 1000
 
         shape_only = shape_only_driver(tool.driver)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lookup_knowledge.adapters import qdrant_client_store, qdrant_edge_store
+from lookup_knowledge.adapters.errors import PointGoneError
 from lookup_knowledge.adapters.payload import DOC_CHUNKS_FIELD, DOC_HASH_FIELD, EVIDENCE_KEY_FIELD
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore, StoreUnavailableError
@@ -92,8 +93,19 @@ def all_chunks(vectors: dict[str, np.ndarray]) -> list[StoredChunk]:
     return [stored(vectors, *row) for row in CHUNKS]
 
 
+def with_bm25(chunks: list[StoredChunk]) -> list[StoredChunk]:
+    """The chunks with their BM25 vectors (for sparse and hybrid searches)."""
+    encoder = bm25_encoder()
+    return [replace(c, sparse_vector=encoder.embed_document(c.payload["content"])) for c in chunks]
+
+
 def request(vectors: dict[str, np.ndarray], query: str, top_k: int = 10, category=None):
     return SearchRequest(query, vectors[query].tolist(), top_k=top_k, category=category)
+
+
+def with_terms(dense: SearchRequest, mode: str) -> SearchRequest:
+    """A dense request as a sparse or hybrid one (with its query's BM25 vector)."""
+    return replace(dense, mode=mode, sparse_vector=bm25_encoder().embed_query(dense.query_text))
 
 
 def open_kind(kind: str, root: Path, name: str = "c") -> KnowledgeStore:
@@ -480,6 +492,56 @@ def test_all_adapters_give_identical_results(make_store: StoreFactory, vectors, 
                 query,
             )
             assert [h.point_id for h in hits] == [h.point_id for h in reference], (kind, query)
+
+
+@pytest.mark.parametrize("mode", ["sparse", "hybrid"])
+def test_all_adapters_give_identical_sparse_and_hybrid_hits(
+    make_store: StoreFactory, vectors, mode: str
+) -> None:
+    """Edge sends a sparse or hybrid search's ranked query for ids and scores and reads the kept
+    points' payload and BM25 vector by id; a server's query returns them: the same hits, text,
+    payload, matched terms and scores either way."""
+    stores = {kind: make_store(kind) for kind in STORE_KINDS}
+    for store in stores.values():
+        store.upsert(with_bm25(all_chunks(vectors)))
+
+    def seen(hit):
+        scores = (round(hit.dense_score, 4), round(hit.sparse_score or 0.0, 4))
+        return (hit.point_id, hit.content, dict(hit.payload), hit.matched_terms, hit.exact_codes,
+                hit.dense_rank, hit.sparse_rank, scores)  # fmt: skip
+
+    for query in QUERIES:
+        req = with_terms(request(vectors, query, top_k=3), mode)
+        results = {kind: [seen(hit) for hit in store.search(req)] for kind, store in stores.items()}
+        assert results["edge"] and any(hit[3] for hit in results["edge"]), query  # text and matched terms
+        assert results["client-memory"] == results["edge"] == results["client-local"], query
+
+
+@pytest.mark.parametrize("gone_twice", [False, True])
+def test_a_point_gone_before_its_text_is_read_is_searched_again_once(
+    make_store: StoreFactory, vectors, monkeypatch: pytest.MonkeyPatch, gone_twice: bool
+) -> None:
+    """A kept point the store does not give back when its text is read (deleted since the
+    search by a write of this process) sends the search again: the hits of a search with
+    nothing gone; gone again, a clear error, never a hit without its text."""
+    store = make_store("edge")
+    store.upsert(with_bm25(all_chunks(vectors)))
+    req = with_terms(request(vectors, QUERIES[0], top_k=3), "hybrid")
+    expected = [(hit.point_id, hit.content) for hit in store.search(req)]
+    read, reads = store._points, []
+
+    def first_one_deleted(ids: list) -> dict:
+        reads.append(ids)
+        gone = len(reads) == 1 or gone_twice
+        return {pid: data for pid, data in read(ids).items() if not (gone and pid == ids[0])}
+
+    monkeypatch.setattr(store, "_points", first_one_deleted)
+    if gone_twice:
+        with pytest.raises(PointGoneError, match="did not give back point"):
+            store.search(req)
+    else:
+        assert [(hit.point_id, hit.content) for hit in store.search(req)] == expected
+    assert len(reads) == 2
 
 
 def test_all_adapters_agree_after_deletes(make_store: StoreFactory, vectors) -> None:
