@@ -335,7 +335,8 @@ def reads_back(request: SearchRequest) -> bool:
     """Whether an adapter with ``ask_points`` sends this request's ranked query for ids and
     scores alone (a sparse or hybrid search, not ``scores_only``): it fetches ``ranked_width``
     points to cut ties, and reading the payload and BM25 vector of only the ``top_k`` it keeps,
-    by id, costs less in an embedded engine (about 0.4 ms a SciFact hybrid search) than reading all."""
+    by id, costs less in an embedded engine than reading all (a SciFact hybrid search 0.4 ms less;
+    at a million chunks, 4-7 ms: docs/benchmarks.md)."""
     return request.mode != "dense" and not request.scores_only
 
 
@@ -445,6 +446,6 @@ def _untied(points: Sequence[Any], bm25: Mapping[Any, tuple[int, float]] | None 
     return sorted(points, key=lambda p: (-round(p[1], 6), bm25.get(p[0], unranked)[0], p[0]))
 
 
-def _places(points: Sequence[tuple[Any, float]]) -> dict[Any, tuple[int, float]]:
+def _places(points: Sequence[tuple[Any, float]]) -> Places:
     """Each point's (place from 1, score) in a search's list, ties cut by point id."""
     return {pid: (rank, score) for rank, (pid, score) in enumerate(_untied(points), start=1)}
