@@ -137,7 +137,45 @@ PATTERNS: dict[str, str] = {
     ),
     "ko_role": r"(?:이제부터 (?:너는|당신은)|지금부터 (?:너는|당신은)|시스템 프롬프트를)",
 }
-_COMPILED = [(name, re.compile(pattern)) for name, pattern in PATTERNS.items()]
+# every branch of address_ai puts a space before the model it names
+_AI_WORDS = tuple(
+    f" {word}"
+    for word in ("ai", "a.i.", "assistant", "chatbot", "llm", "language model", "gpt", "chatgpt", "claude",
+                 "gemini", "copilot", "agent", "bot")
+)  # fmt: skip
+# Per pattern, words one of which every match holds (in normalized text): a pattern runs only on
+# a text that holds one. A scan for a word costs far less than a scan for a pattern (SciFact's
+# abstracts: 500 us a chunk for the patterns, mostly spent trying them at every position; 180 us
+# with these words). tests/reliability/test_instruction_flag.py checks each list against strings
+# made from its pattern.
+TRIGGERS: dict[str, tuple[str, ...]] = {
+    "ignore_previous": ("ignore", "disregard", "forget", "override", "bypass", "discard", "abandon",
+                        "overlook", "set aside", "skip"),
+    "role_override": ("you are ", "from now on", "pretend ", "your new ", "your real ", "your true ",
+                      "your actual ", "act as ", "behave as "),
+    "address_ai": (*_AI_WORDS, "override"),
+    "system_prompt": ("prompt", "system message", "instructions", "rules"),
+    "chat_template": ("<|", "inst]", "sys>>", "system>"),
+    "conceal": ("user",),
+    "exfiltrate": ("http", "@", "webhook"),
+    "jailbreak": (" mode", "do anything now", "jailbroken"),
+    "de_ignore": ("anweisung", "instruktion", "befehl", "regel", "vorgabe", "richtlinie"),
+    "de_role": ("du bist ", " bist du"),
+    "fr_ignore": ("instruction", "consigne", "directive", "règles"),
+    "fr_role": ("tu es ", "vous êtes ", "à partir de maintenant"),
+    "es_it_pt_ignore": ("instrucciones", "indicaciones", "órdenes", "reglas", "istruzioni", "indicazioni",
+                        "regole", "instruções", "instrucoes", "orientações", "regras"),
+    "es_it_pt_role": ("ahora eres", "ora sei", "adesso sei", "agora você é"),
+    "ru_ignore": ("инструкц", "указан", "правил", "команд"),
+    "ru_role": ("теперь ты", "отныне ты", "с этого момента ты"),
+    "zh_ignore": ("指令", "指示", "说明", "提示", "规则", "命令", "要求", "设定"),
+    "zh_role": ("你现在是", "从现在开始", "从现在起", "系统提示", "系统指令"),
+    "ja_ignore": ("無視", "忘れ"),
+    "ja_role": ("あなたは今から", "今からあなたは", "これからあなたは", "システムプロンプトを"),
+    "ko_ignore": ("무시", "잊어"),
+    "ko_role": ("이제부터 ", "지금부터 ", "시스템 프롬프트를"),
+}  # fmt: skip
+_COMPILED = [(name, re.compile(pattern), TRIGGERS[name]) for name, pattern in PATTERNS.items()]
 
 
 def normalize(text: str) -> str:
@@ -149,13 +187,23 @@ def normalize(text: str) -> str:
 def instruction_markers(text: str) -> list[str]:
     """The names of the patterns that the text matches (empty: it does not read as instructions)."""
     normalized = normalize(text)
-    return [name for name, pattern in _COMPILED if pattern.search(normalized)]
+    return [
+        name
+        for name, pattern, words in _COMPILED
+        if _holds_any(normalized, words) and pattern.search(normalized)
+    ]
 
 
 def reads_as_instructions(text: str) -> bool:
     """Whether the text holds phrasing addressed to an AI assistant as instructions."""
     normalized = normalize(text)
-    return any(pattern.search(normalized) for _, pattern in _COMPILED)
+    return any(
+        _holds_any(normalized, words) and pattern.search(normalized) for _, pattern, words in _COMPILED
+    )
+
+
+def _holds_any(text: str, words: tuple[str, ...]) -> bool:
+    return any(word in text for word in words)
 
 
 def block_markers(breadcrumb: str | None, content: str) -> list[str]:

@@ -8,17 +8,23 @@ pattern change that loses recall or flags benign text fails.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from conftest import SMALL_CORPUS, make_config, write_corpus, write_markdown
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lookup_knowledge import KnowledgeTool
 from lookup_knowledge.adapters.payload import INSTRUCTION_LIKE_FIELD
 from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.ingestion import ingest
 from lookup_knowledge.instruction_flag import (
+    PATTERNS,
+    TRIGGERS,
     instruction_markers,
+    normalize,
     payload_instruction_like,
     reads_as_instructions,
 )
@@ -89,3 +95,25 @@ def test_a_lookup_marks_the_injected_block_and_not_the_normal_one(tmp_path: Path
     dumped = result.model_dump(by_alias=True, mode="json")
     assert {b["instructionLike"] for b in dumped["evidenceBlocks"]} == {True, False}
     assert dumped["contextPack"]["summary"]["instructionLikeKeys"] == [blocks["override"].evidence_key]
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_every_match_of_a_pattern_holds_one_of_its_trigger_words(name: str) -> None:
+    """A pattern runs only on text holding one of its words: a match without one would go unflagged."""
+    pattern = re.compile(PATTERNS[name])
+
+    @settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.from_regex(pattern))
+    def check(text: str) -> None:
+        assert pattern.search(text)
+        assert any(word in text for word in TRIGGERS[name]), (text, pattern.search(text).group(0))
+
+    check()
+
+
+def test_the_trigger_words_change_no_flag_of_the_written_texts() -> None:
+    texts = [t["text"] for group in ("injections", "benign", "held_out") for t in TEXTS[group]]
+    for text in texts:
+        normalized = normalize(text)
+        every_pattern = [name for name, pattern in PATTERNS.items() if re.search(pattern, normalized)]
+        assert instruction_markers(text) == every_pattern
