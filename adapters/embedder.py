@@ -67,6 +67,12 @@ class Embedder(ABC):
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """One row per query, embedded as a batch."""
 
+    @property
+    def encodes_off_cpu(self) -> bool:
+        """Whether it encodes on an accelerator (a GPU), the CPU idle meanwhile: ingest then
+        writes one group of chunks while the next is embedded."""
+        return False
+
 
 class TextEncoder(Protocol):
     """A loaded model on one backend: texts in, unit-length float32 rows out."""
@@ -133,6 +139,10 @@ class SentenceTransformerEmbedder(Embedder):
     @property
     def dimension(self) -> int:
         return self.encoder("query").dimension
+
+    @property
+    def encodes_off_cpu(self) -> bool:
+        return self.device != "cpu"
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return self._encode(self.encoder("document"), texts)

@@ -33,6 +33,7 @@ from .qdrant_store import (
     QdrantStore,
     ScoredPoints,
     dense_vector,
+    float_list,
     found_hits,
     missing_points,
     stored_cosines,
@@ -187,7 +188,7 @@ class QdrantClientStore(QdrantStore):
             points = [
                 models.PointStruct(
                     id=c.point_id,
-                    vector={DENSE_VECTOR: list(c.vector), SPARSE_VECTOR: _sparse(c.sparse_vector)},
+                    vector={DENSE_VECTOR: float_list(c.vector), SPARSE_VECTOR: _sparse(c.sparse_vector)},
                     payload=dict(c.payload),
                 )
                 for c in chunks[start : start + _UPSERT_BATCH]

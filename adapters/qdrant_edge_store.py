@@ -32,6 +32,7 @@ from .qdrant_store import (
     QdrantStore,
     ScoredPoints,
     dense_vector,
+    float_list,
     found_hits,
     missing_points,
     reads_back,
@@ -215,7 +216,7 @@ class QdrantEdgeStore(QdrantStore):
             points = [
                 qe.Point(
                     chunk.point_id,
-                    {DENSE_VECTOR: list(chunk.vector), SPARSE_VECTOR: _sparse(chunk.sparse_vector)},
+                    {DENSE_VECTOR: float_list(chunk.vector), SPARSE_VECTOR: _sparse(chunk.sparse_vector)},
                     dict(chunk.payload),
                 )
                 for chunk in chunks[start : start + _UPSERT_BATCH]

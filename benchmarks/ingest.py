@@ -88,6 +88,10 @@ class EncodeTimingEmbedder:
     def dimension(self) -> int:
         return self.inner.dimension
 
+    @property
+    def encodes_off_cpu(self) -> bool:
+        return self.inner.encodes_off_cpu
+
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         started = time.perf_counter()
         try:

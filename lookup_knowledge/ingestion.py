@@ -18,6 +18,8 @@ import json
 import time
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -217,12 +219,20 @@ def _write(
     version of a ``stored`` document reuses the vector of each chunk whose embedded text (its
     breadcrumb and content) its old version holds, made the same way (:func:`vector_source`): an
     edit to one section of a long page embeds that section's chunks, not the page's.
+
+    An embedder that encodes on a GPU (:attr:`~.embedder.Embedder.encodes_off_cpu`) embeds the
+    next group on a worker thread while this one's BM25 vectors, payloads and write run here:
+    that work would otherwise leave the GPU idle for longer than it encodes (SciFact on an H200:
+    docs/benchmarks.md). On a CPU the encoder already uses every core, so each group is written
+    as soon as it is embedded. Writes stay in order, one group at a time, on this thread.
     """
     ordered = sorted(documents, key=lambda doc: _mean_length(chunks[doc.doc_id]))
     ingested_at = datetime.now(UTC).isoformat(timespec="seconds")
     embedded, source = 0, vector_source(embedder)
-    with _progress_bar(progress) as bar:
+    ahead = 1 if getattr(embedder, "encodes_off_cpu", False) else 0  # an embedder need not subclass Embedder
+    with _progress_bar(progress) as bar, _embedding_worker() as worker:
         task = bar.add_task("embedding chunks", total=sum(map(len, chunks.values())))
+        waiting: list[_Embedding] = []
         for group in _groups(ordered, chunks, EMBED_GROUP):
             pending = [
                 _PendingChunk(
@@ -238,34 +248,77 @@ def _write(
                 for chunk in chunks[doc.doc_id]
             ]
             replaced = [doc.doc_id for doc in group if doc.doc_id in stored]
-            vectors, fresh = _vectors(pending, embedder, store, replaced, source)
-            embedded += fresh
-            sparse = [bm25_encoder().embed_document(_sparse_text(p)) for p in pending]
-            written = [
-                StoredChunk(v, _payload(p), s) for p, v, s in zip(pending, vectors, sparse, strict=True)
-            ]
-            store.write_documents(written)
-            bar.advance(task, len(pending))
+            waiting.append(_embedding(pending, embedder, store, replaced, source, worker))
+            while len(waiting) > ahead:
+                done = waiting.pop(0)
+                embedded += _write_group(done, store)
+                bar.advance(task, len(done.pending))
+        for done in waiting:  # the last group, embedded ahead
+            embedded += _write_group(done, store)
+            bar.advance(task, len(done.pending))
     return embedded
+
+
+@contextmanager
+def _embedding_worker() -> Iterator[ThreadPoolExecutor]:
+    """The thread that embeds groups; a group not yet begun when ingest stops is not embedded."""
+    worker = ThreadPoolExecutor(1, thread_name_prefix="ingest-embedding")
+    try:
+        yield worker
+    finally:
+        worker.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Embedding:
+    """A group's chunks on their way to the store: the vectors its old versions give, and the
+    rest being embedded (in chunk order)."""
+
+    pending: list[_PendingChunk]
+    old: dict[tuple[str, str], Sequence[float]]
+    fresh: Future[Sequence[Sequence[float]]] | None
+
+    def vectors(self) -> list[Sequence[float]]:
+        new = iter(self.fresh.result() if self.fresh is not None else [])
+        keys = [(p.chunk.breadcrumb, p.chunk.content) for p in self.pending]
+        return [self.old[key] if key in self.old else next(new) for key in keys]
+
+    @property
+    def fresh_count(self) -> int:
+        return sum((p.chunk.breadcrumb, p.chunk.content) not in self.old for p in self.pending)
+
+
+def _embedding(
+    pending: list[_PendingChunk],
+    embedder: Embedder,
+    store: KnowledgeStore,
+    replaced: list[str],
+    source: str,
+    worker: ThreadPoolExecutor,
+) -> _Embedding:
+    """A group's vectors: its old version's where the store holds the same embedded text made
+    the same way (``source``; ``replaced``: the group's documents it holds, read here), the rest
+    embedded as one batch on ``worker``."""
+    old = store.stored_vectors(replaced, source) if replaced else {}
+    fresh = [p.chunk.embedding_text for p in pending if (p.chunk.breadcrumb, p.chunk.content) not in old]
+    return _Embedding(pending, old, worker.submit(embedder.embed_documents, fresh) if fresh else None)
+
+
+def _write_group(embedding: _Embedding, store: KnowledgeStore) -> int:
+    """Write a group's chunks (with their BM25 vectors and payloads); how many were embedded."""
+    pending = embedding.pending
+    vectors = embedding.vectors()
+    sparse = [bm25_encoder().embed_document(_sparse_text(p)) for p in pending]
+    store.write_documents(
+        [StoredChunk(v, _payload(p), s) for p, v, s in zip(pending, vectors, sparse, strict=True)]
+    )
+    return embedding.fresh_count
 
 
 def vector_source(embedder: Embedder) -> str:
     """What makes a chunk's dense vector, kept with it (``embedding_model``): the model and the
     form of the embedded text; a stored vector is reused only when both are the same."""
     return f"{embedder.model_name} ({EMBEDDED_TEXT})"
-
-
-def _vectors(
-    pending: list[_PendingChunk], embedder: Embedder, store: KnowledgeStore, replaced: list[str], source: str
-) -> tuple[list[Sequence[float]], int]:
-    """Each pending chunk's dense vector, and how many were embedded: its old version's where
-    the store holds the same embedded text made the same way (``source``; ``replaced``: the
-    group's documents it holds), the rest embedded as one batch."""
-    old = store.stored_vectors(replaced, source) if replaced else {}
-    keys = [(p.chunk.breadcrumb, p.chunk.content) for p in pending]
-    fresh = [p.chunk.embedding_text for p, key in zip(pending, keys, strict=True) if key not in old]
-    new = iter(embedder.embed_documents(fresh) if fresh else [])
-    return [old[key] if key in old else next(new) for key in keys], len(fresh)
 
 
 def _sparse_text(pending: _PendingChunk) -> str:

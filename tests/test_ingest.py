@@ -6,11 +6,13 @@ import copy
 import importlib
 import json
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import SMALL_CORPUS, make_config, write_markdown
 from typer.testing import CliRunner
@@ -536,3 +538,91 @@ def test_a_document_with_a_chunk_missing_is_rewritten(small_corpus: Path, tmp_pa
     assert (report.updated, report.unchanged) == (1, 2)
     assert report.points_in_store == first.points_in_store
     assert [h.chunk_index for h in stored_chunks(config, embedder, "refunds")] == list(range(len(refunds)))
+
+
+class _OnAGpu:
+    """The real embedder as ingest sees one on a GPU (``encodes_off_cpu``), each call recorded;
+    with ``wait_for_write``, every call after the first waits (up to 10 s) for a group's write."""
+
+    encodes_off_cpu = True
+
+    def __init__(self, embedder, fail_at: int | None = None, wait_for_write: threading.Event | None = None):
+        self._embedder, self._fail_at, self._written = embedder, fail_at, wait_for_write
+        self.dimension, self.model_name = embedder.dimension, embedder.model_name
+        self.calls: list[bool] = []  # per call after the first: whether a group was written meanwhile
+
+    def embed_documents(self, texts):
+        if self.calls or self._written is None:
+            self.calls.append(self._written is not None and self._written.wait(10))
+        else:
+            self.calls.append(True)
+        if len(self.calls) == self._fail_at:
+            raise RuntimeError("killed")
+        return self._embedder.embed_documents(texts)
+
+
+def _stored_vectors(config: Config, embedder) -> dict:
+    """Every stored document's chunk vectors, by (breadcrumb, content)."""
+    with opened(config) as store:
+        return {
+            doc_id: store.stored_vectors([doc_id], vector_source(embedder)) for doc_id in store.documents()
+        }
+
+
+def test_on_a_gpu_the_next_group_embeds_while_this_one_is_written_and_the_store_is_the_same(
+    tmp_path: Path, embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ingestion = importlib.import_module("lookup_knowledge.ingestion")
+    monkeypatch.setattr(ingestion, "EMBED_GROUP", 2)
+    kb = tmp_path / "kb"
+    for n in range(5):
+        write_markdown(kb, f"d{n}.md", {"id": f"d{n}"}, f"## Part {n}\n" + f"topic{n} words " * 30)
+    written = threading.Event()
+    write = ingestion.KnowledgeStore.write_documents
+
+    def recorded(store, chunks):
+        write(store, chunks)
+        written.set()
+
+    monkeypatch.setattr(ingestion.KnowledgeStore, "write_documents", recorded)
+    gpu = _OnAGpu(embedder, wait_for_write=written)
+    report = ingest(kb, make_config(tmp_path / "gpu", ingest__chunk_chars=200), embedder=gpu)
+    assert len(gpu.calls) >= 3 and all(gpu.calls)  # each later group embedded after a write began
+    cpu = ingest(kb, make_config(tmp_path / "cpu", ingest__chunk_chars=200), embedder=embedder)
+    assert (report.chunks_written, report.chunks_embedded) == (cpu.chunks_written, cpu.chunks_embedded)
+    on_gpu = _stored_vectors(make_config(tmp_path / "gpu"), embedder)
+    on_cpu = _stored_vectors(make_config(tmp_path / "cpu"), embedder)
+    assert on_gpu.keys() == on_cpu.keys() and len(on_gpu) == 5
+    for doc_id, vectors in on_cpu.items():
+        assert on_gpu[doc_id].keys() == vectors.keys()
+        for key, vector in vectors.items():
+            assert np.allclose(on_gpu[doc_id][key], vector, atol=1e-6)
+
+
+def test_on_a_gpu_an_interrupted_ingest_keeps_whole_versions_and_the_rerun_completes_it(
+    tmp_path: Path, embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(importlib.import_module("lookup_knowledge.ingestion"), "EMBED_GROUP", 3)
+    kb = tmp_path / "kb"
+    for n in range(6):
+        write_markdown(
+            kb, f"d{n}.md", {"id": f"d{n}"}, "\n\n".join(f"## S{i}\n" + "old " * 40 for i in range(3))
+        )
+    config = make_config(tmp_path / "store", ingest__chunk_chars=200)
+    ingest(kb, config, embedder=embedder)
+    for n in range(6):
+        write_markdown(
+            kb, f"d{n}.md", {"id": f"d{n}"}, "\n\n".join(f"## S{i}\n" + "new " * 40 for i in range(2))
+        )
+    with pytest.raises(RuntimeError, match="killed"):
+        ingest(kb, config, embedder=_OnAGpu(embedder, fail_at=3))
+    with opened(config) as store:
+        documents = store.documents()
+    assert all(True in doc.versions.values() for doc in documents.values())  # a whole version each
+    assert sum(len(doc.versions) == 1 for doc in documents.values()) >= 2  # some done, some not
+    report = ingest(kb, config, embedder=_OnAGpu(embedder))
+    assert report.unchanged + report.updated == 6
+    with opened(config) as store:
+        assert all(
+            len(doc.versions) == 1 and True in doc.versions.values() for doc in store.documents().values()
+        )
