@@ -230,7 +230,7 @@ def _write(
     ingested_at = datetime.now(UTC).isoformat(timespec="seconds")
     embedded, source = 0, vector_source(embedder)
     ahead = 1 if getattr(embedder, "encodes_off_cpu", False) else 0  # an embedder need not subclass Embedder
-    with _progress_bar(progress) as bar, _embedding_worker() as worker:
+    with _progress_bar(progress) as bar, _embedding_worker(ahead) as worker:
         task = bar.add_task("embedding chunks", total=sum(map(len, chunks.values())))
         waiting: list[_Embedding] = []
         for group in _groups(ordered, chunks, EMBED_GROUP):
@@ -260,8 +260,13 @@ def _write(
 
 
 @contextmanager
-def _embedding_worker() -> Iterator[ThreadPoolExecutor]:
-    """The thread that embeds groups; a group not yet begun when ingest stops is not embedded."""
+def _embedding_worker(ahead: int) -> Iterator[ThreadPoolExecutor | None]:
+    """The thread that embeds groups ahead of their writes (none: they are embedded here, where
+    an interrupt stops the encoder at its next batch); a group not yet begun when ingest stops is
+    not embedded."""
+    if not ahead:
+        yield None
+        return
     worker = ThreadPoolExecutor(1, thread_name_prefix="ingest-embedding")
     try:
         yield worker
@@ -294,14 +299,20 @@ def _embedding(
     store: KnowledgeStore,
     replaced: list[str],
     source: str,
-    worker: ThreadPoolExecutor,
+    worker: ThreadPoolExecutor | None,
 ) -> _Embedding:
     """A group's vectors: its old version's where the store holds the same embedded text made
     the same way (``source``; ``replaced``: the group's documents it holds, read here), the rest
-    embedded as one batch on ``worker``."""
+    embedded as one batch on ``worker`` (none: here, now)."""
     old = store.stored_vectors(replaced, source) if replaced else {}
     fresh = [p.chunk.embedding_text for p in pending if (p.chunk.breadcrumb, p.chunk.content) not in old]
-    return _Embedding(pending, old, worker.submit(embedder.embed_documents, fresh) if fresh else None)
+    if not fresh:
+        return _Embedding(pending, old, None)
+    if worker is not None:
+        return _Embedding(pending, old, worker.submit(embedder.embed_documents, fresh))
+    embedded: Future[Sequence[Sequence[float]]] = Future()
+    embedded.set_result(embedder.embed_documents(fresh))
+    return _Embedding(pending, old, embedded)
 
 
 def _write_group(embedding: _Embedding, store: KnowledgeStore) -> int:
