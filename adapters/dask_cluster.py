@@ -97,6 +97,12 @@ class DaskEmbedder(Embedder):
     def dimension(self) -> int:
         return self._gathered([self._client.submit(_worker_dimension, self._factory, pure=False)])[0]
 
+    @property
+    def encodes_off_cpu(self) -> bool:
+        """The cluster's workers encode while this process waits: ingest writes one group while
+        the next is embedded."""
+        return True
+
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return self._rows(_worker_documents, texts)
 

@@ -69,8 +69,8 @@ class Embedder(ABC):
 
     @property
     def encodes_off_cpu(self) -> bool:
-        """Whether it encodes on an accelerator (a GPU), the CPU idle meanwhile: ingest then
-        writes one group of chunks while the next is embedded."""
+        """Whether it encodes off this process's CPU (on a GPU, on a cluster), which is idle
+        meanwhile: ingest then writes one group of chunks while the next is embedded."""
         return False
 
 
