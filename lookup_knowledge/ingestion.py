@@ -285,12 +285,12 @@ class _Embedding:
 
     def vectors(self) -> list[Sequence[float]]:
         new = iter(self.fresh.result() if self.fresh is not None else [])
-        keys = [(p.chunk.breadcrumb, p.chunk.content) for p in self.pending]
+        keys = [_text_key(p) for p in self.pending]
         return [self.old[key] if key in self.old else next(new) for key in keys]
 
     @property
     def fresh_count(self) -> int:
-        return sum((p.chunk.breadcrumb, p.chunk.content) not in self.old for p in self.pending)
+        return sum(_text_key(p) not in self.old for p in self.pending)
 
 
 def _embedding(
@@ -305,7 +305,7 @@ def _embedding(
     the same way (``source``; ``replaced``: the group's documents it holds, read here), the rest
     embedded as one batch on ``worker`` (none: here, now)."""
     old = store.stored_vectors(replaced, source) if replaced else {}
-    fresh = [p.chunk.embedding_text for p in pending if (p.chunk.breadcrumb, p.chunk.content) not in old]
+    fresh = [p.chunk.embedding_text for p in pending if _text_key(p) not in old]
     if not fresh:
         return _Embedding(pending, old, None)
     if worker is not None:
@@ -313,6 +313,11 @@ def _embedding(
     embedded: Future[Sequence[Sequence[float]]] = Future()
     embedded.set_result(embedder.embed_documents(fresh))
     return _Embedding(pending, old, embedded)
+
+
+def _text_key(pending: _PendingChunk) -> tuple[str, str]:
+    """What a stored vector is reused by: the chunk's embedded text (breadcrumb and content)."""
+    return pending.chunk.breadcrumb, pending.chunk.content
 
 
 def _write_group(embedding: _Embedding, store: KnowledgeStore) -> int:
