@@ -163,7 +163,9 @@ def relevance_level(
     neighbouring field's question is often ranked first by both on its general words alone, or on
     its words in another sense: "leavers" for "leave"), ``medium`` when both rank it in their
     top :data:`MEDIUM_AGREEMENT`, else ``low`` (dense mode: by the margin); ``none`` without
-    evidence. Measured meanings in ``docs/trust.md``."""
+    evidence. A lookup that is evidence only by the words its hits hold, its margin under the
+    store's bar (``informative_terms``), is ``medium`` at best. Measured meanings in
+    ``docs/trust.md``."""
     if evidence_status != "evidence":
         return "none"
     verdict = evidence_verdict
@@ -174,7 +176,7 @@ def relevance_level(
     if None in places:
         return "low"
     worst = max(place for place in places if place is not None)
-    if worst == 1 and _holds_the_question(verdict):
+    if worst == 1 and _holds_the_question(verdict) and verdict.reason != "informative_terms":
         return "high"
     return "medium" if worst <= MEDIUM_AGREEMENT else "low"
 

@@ -476,6 +476,16 @@ def test_high_needs_a_top_hit_holding_half_the_querys_terms() -> None:
     assert relevance_level("evidence", _verdict(1, 4, top_hit_coverage=0.0), "hybrid") == "low"
 
 
+def test_a_lookup_below_the_stores_bar_is_not_high() -> None:
+    """Evidence only by the informative words its hits hold ("Which wine goes with grilled
+    salmon?" on SciFact's abstracts: margin under the bar, both searches agreeing on a salmon
+    abstract): the level does not vouch for it."""
+    below_bar = replace(_verdict(1, 1, margin=1.2), reason="informative_terms")
+    assert relevance_level("evidence", below_bar, "hybrid") == "medium"
+    assert relevance_level("evidence", replace(below_bar, top_dense_rank=4), "hybrid") == "low"
+    assert relevance_level("evidence", replace(below_bar, reason="exact_code"), "hybrid") == "high"
+
+
 def test_a_hit_holds_a_term_as_written_not_in_another_form_of_its_stem() -> None:
     """BM25 matches "parental" in "parent" and "leave" in "leavers" (one stem); as written, the
     block holds neither: the relevance level counts what it holds as written."""

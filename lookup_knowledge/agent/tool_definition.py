@@ -33,8 +33,9 @@ block holds a code the question names (E4471) or is the page whose title it puts
 (measured: at most 9.3% of off-topic questions and 5% of chit-chat got found=true, and at least 97% \
 of answerable ones; questions from a neighbouring field or on a company's own policies more \
 often, up to 25%). \
-`relevanceLevel`: "high" when the meaning and the keyword search both rank the top block first \
-and it holds at least half of the question's words as written (its top block was relevant in \
+`relevanceLevel`: "high" when the meaning and the keyword search both rank the top block first, \
+it holds at least half of the question's words as written and the best score clears this store's \
+bar, not nearly (its top block was relevant in \
 80-100% of judged lookups on six of eight test collections), "medium" when both rank it in their \
 top 3 (61-94% on those six), "low" otherwise (37-100%): with "low", check that the blocks answer \
 before relying on them. \
