@@ -35,7 +35,7 @@ of answerable ones; questions from a neighbouring field or on a company's own po
 often, up to 25%). \
 `relevanceLevel`: "high" when the meaning and the keyword search both rank the top block first, \
 it holds at least half of the question's words as written and the best score clears this store's \
-bar, not nearly (its top block was relevant in \
+bar itself, not only nearly (its top block was relevant in \
 80-100% of judged lookups on six of eight test collections), "medium" when both rank it in their \
 top 3 (61-94% on those six), "low" otherwise (37-100%): with "low", check that the blocks answer \
 before relying on them. \
