@@ -48,8 +48,19 @@ def test_description_tells_the_agent_how_to_read_the_result() -> None:
         "l0Hints",
         "never facts",
         "<docId>#chunk-<n>",
+        "evidenceStatus",
+        "relevanceLevel",
+        "completenessHint",
     ):
         assert phrase in TOOL_DESCRIPTION
+
+
+def test_the_description_is_short_rules_without_measured_figures() -> None:
+    """Every agent reads it on every call: at most 150 words, and no percentages (measured
+    figures change with each benchmark run; they belong in docs/trust.md)."""
+    assert len(TOOL_DESCRIPTION.split()) <= 150
+    assert "%" not in TOOL_DESCRIPTION
+    assert "measured" not in TOOL_DESCRIPTION
 
 
 def test_the_description_names_no_document_of_the_sample_knowledge_base() -> None:
