@@ -85,6 +85,12 @@ def test_every_python_snippet_runs_as_written(snippet: str, demo_checkout: Path)
     assert done.returncode == 0, f"README snippet failed:\n{snippet}\n{done.stderr[-3000:]}"
 
 
+def test_the_readme_is_a_reference_not_a_run_log() -> None:
+    """At most 300 lines; no one run's timings (they differ by machine and go stale)."""
+    assert len(README.splitlines()) <= 300
+    assert not re.search(r"\d+ min \d+ s|\btook \d", README)
+
+
 def test_every_json_block_parses() -> None:
     for block in readme_blocks("json"):
         json.loads(block)
