@@ -2,6 +2,8 @@
 
     python benchmarks/trust.py [--cache benchmarks/.cache] [--out benchmarks/results/trust.json]
                                [--offtopic-per-set 60] [--held-out] [--sample-kb] [--sets NAME ...]
+                               [--doc docs/trust.md]
+    python benchmarks/trust.py --from-json   # rewrite docs/trust.md's tables from --out only
 
 Each judged collection is the knowledge base in turn (SciFact; classic-dev's four collections,
 each a store of its own; hugo-docs with page descriptions as questions, ``trust_stores.py``):
@@ -16,7 +18,8 @@ each a store of its own; hugo-docs with page descriptions as questions, ``trust_
 
 Leave-one-corpus-out: for each set, the strictness a user would pick on the *other* sets (the
 strictest that keeps answerable found=true >= 97% on each of them), read on the held-out set.
-Prints tables, writes JSON (per-lookup records included) to ``--out``.
+Prints tables, writes JSON (per-lookup records included) to ``--out`` and the tables of
+``docs/trust.md`` between their markers (``doc_sections.replace_table``), whole.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from doc_sections import replace_table
 from quality import DEPTH, beir_queries, prepared_tool, run
 from rich.console import Console
 from rich.table import Table
@@ -271,13 +275,17 @@ def markdown_tables(results: dict[str, Any]) -> dict[str, str]:
         loco.append(
             _row([name, f"{r['fitted_strictness']:.2f}", *(f"{r.get(g, float('nan')):.3f}" for g in groups)])
         )
-    levels = [_row(["knowledge base", *LEVELS]), _row(["---"] * 4)]
+    levels = [
+        _row(["knowledge base", *LEVELS, "found, cannot answer: high / medium / low"]),
+        _row(["---"] * 5),
+    ]
     for name, b in sets.items():
         cells = [
             f"{c['top_relevant']:.3f} ({c['lookups']})" if c["lookups"] else "- (0)"
             for c in (b["calibration"][level] for level in LEVELS)
         ]
-        levels.append(_row([name, *cells]))
+        wrong = " / ".join(str(b["unanswerable_levels"][level]) for level in LEVELS)
+        levels.append(_row([name, *cells, wrong]))
     hints = [_row(["knowledge base", "complete", "partial"]), _row(["---"] * 3)]
     for name, b in sets.items():
         cells = [
@@ -286,12 +294,18 @@ def markdown_tables(results: dict[str, Any]) -> dict[str, str]:
         ]
         hints.append(_row([name, *cells]))
     return {
-        "ABSTENTION_TABLE": "\n".join(abstention),
-        "SWEEP_TABLE": "\n".join(sweep),
-        "LOCO_TABLE": "\n".join(loco),
-        "LEVEL_TABLE": "\n".join(levels),
-        "HINT_TABLE": "\n".join(hints),
+        "trust-abstention": "\n".join(abstention),
+        "trust-strictness": "\n".join(sweep),
+        "trust-leave-one-out": "\n".join(loco),
+        "trust-levels": "\n".join(levels),
+        "trust-hints": "\n".join(hints),
     }
+
+
+def write_doc(doc: Path, results: dict[str, Any]) -> None:
+    """Each table of ``doc`` (docs/trust.md) rewritten whole from ``results``; its prose kept."""
+    for name, table in markdown_tables(results).items():
+        replace_table(doc, name, table)
 
 
 def print_tables(results: dict[str, Any]) -> None:
@@ -327,7 +341,12 @@ def main() -> int:
     parser.add_argument("--sets", nargs="*", help="only these knowledge bases")
     parser.add_argument("--held-out", action="store_true", help="add the held-out docs set (package READMEs)")
     parser.add_argument("--sample-kb", action="store_true", help="add the bundled sample knowledge base")
+    parser.add_argument("--doc", type=Path, default=Path("docs/trust.md"))
+    parser.add_argument("--from-json", action="store_true", help="rewrite the doc's tables from --out")
     args = parser.parse_args()
+    if args.from_json:
+        write_doc(args.doc, json.loads(args.out.read_text(encoding="utf-8")))
+        return 0
     sets = judged_sets(args.cache, held_out=args.held_out, sample_kb=args.sample_kb)
     judged = {s.name: judged_questions(s) for s in sets}
     offtopic = offtopic_groups(sets, {n: q for n, (q, _) in judged.items()}, args.offtopic_per_set)
@@ -355,6 +374,8 @@ def main() -> int:
     console.print(results["leave_one_corpus_out"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    if not args.sets:  # a partial run would leave the doc's tables without the other sets
+        write_doc(args.doc, results)
     return 0
 
 
