@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from doc_sections import replace_table
 from rich.console import Console
 from rich.table import Table
 
@@ -97,7 +98,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/embedder_backends.json"))
     parser.add_argument("--worker", nargs=4, metavar=("PATH", "BACKEND", "QUANTIZE", "COUNT"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--from-json", action="store_true", help="rewrite the doc's table from --out")
     args = parser.parse_args()
+    if args.from_json:
+        write_doc(args.doc, json.loads(args.out.read_text(encoding="utf-8")))
+        return 0
     if args.worker:
         path, backend, quantize, count = args.worker
         print(json.dumps(worker(path, backend, quantize, int(count))))
@@ -179,7 +185,31 @@ def main() -> int:
         )
     )
     console.print(f"wrote {args.out}")
+    write_doc(args.doc, json.loads(args.out.read_text(encoding="utf-8")))
+    console.print(f"wrote its table in {args.doc}")
     return 0
+
+
+def markdown_table(results: dict) -> str:
+    """The backends table of docs/benchmarks.md: medians per backend, torch's as the unit."""
+    rows = [
+        f"| backend ({results['queries']} queries, {results['chunks']} chunks, median of {results['rounds']} "
+        "rounds) | query p50 ms | vs torch | chunks/s | vs torch | peak RSS, query process MB "
+        "| peak RSS, document process MB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, s in results["summary"].items():
+        rows.append(
+            f"| {name} | {s['query_p50_ms']:.2f} | {s['query_p50_vs_torch']:.2f}x | {s['chunks_per_s']:.1f} "
+            f"| {s['chunks_per_s_vs_torch']:.2f}x | {s['query_peak_rss_mb']:.0f} "
+            f"| {s['document_peak_rss_mb']:.0f} |"
+        )
+    return "\n".join(rows)
+
+
+def write_doc(doc: Path, results: dict) -> None:
+    """This benchmark's table of ``doc`` rewritten whole from ``results``; the prose kept."""
+    replace_table(doc, "embedder-backends", markdown_table(results))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@ dense companion did not rank, a filtered search's unfiltered companion), the pos
 nodes, the other nodes, and the Hamilton run beyond Hamilton alone (the result builder).
 
     python benchmarks/lookup_latency.py [--store DIR] [--limit N] [--rounds R] [--set key=value ...]
-                                        [--out FILE.json]
+                                        [--out FILE.json] [--doc docs/benchmarks.md]
+    python benchmarks/lookup_latency.py --from-json   # rewrite the doc's tables from --out only
+
+A full run (no ``--limit``, no ``--set``) rewrites its tables of docs/benchmarks.md whole.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 
 import qdrant_edge as qe
 from corpora import CachedEmbedder
+from doc_sections import replace_table
 from hamilton_shape import shape_only_driver
 from machine import machine
 from rich.console import Console
@@ -118,7 +122,12 @@ def main() -> int:
         "--set", dest="overrides", action="append", default=[], help="config override, key=value"
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/lookup_latency.json"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--from-json", action="store_true", help="rewrite the doc's tables from --out")
     args = parser.parse_args()
+    if args.from_json:
+        write_doc(args.doc, json.loads(args.out.read_text(encoding="utf-8")))
+        return 0
     if not DATA.is_dir():
         print(f"skipped: {DATA} not found (benchmark data lives in ../shared/data)")
         return 0
@@ -306,7 +315,59 @@ def main() -> int:
         )
     )
     console.print(f"wrote {args.out}")
+    if args.limit is None and not args.overrides:  # the defaults, every query: the doc's figures
+        write_doc(args.doc, json.loads(args.out.read_text(encoding="utf-8")))
+        console.print(f"wrote its tables in {args.doc}")
     return 0
+
+
+def markdown_tables(results: dict[str, Any]) -> dict[str, str]:
+    """The tables of docs/benchmarks.md this benchmark owns: the product's own work per lookup
+    (dense and the configured mode) and the access filter's cost."""
+    p50 = {name: figures["p50_ms"] for name, figures in results["stages"].items()}
+    p95 = {name: figures["p95_ms"] for name, figures in results["stages"].items()}
+    own, targets = results["own_work"], results["own_work_targets_over_hamilton_alone"]
+    modes = list(own)
+    ran = results["machine"]
+    where = (
+        f"p50 ms, {results['queries']} SciFact queries x {results['rounds']} rounds, "
+        f"{results['query_backend']} query encoder, {ran['cpu']} ({ran['cpus']} CPUs)"
+    )
+    floors = {"dense": p50["floor"], "hybrid": p50["hybrid_floor"]}
+    lookups = {"dense": p50["dense_lookup"], results["mode"]: p50["total"]}
+    rows = [
+        f"| {where} | {' | '.join(modes)} |",
+        "|---|" + "---:|" * len(modes),
+        "| floor (dense: encode + one search; hybrid: encode + BM25 vector + the engine calls of a "
+        "hybrid search) | " + " | ".join(f"{floors.get(m, p50['floor']):.2f}" for m in modes) + " |",
+        "| Hamilton alone | " + " | ".join(f"{p50['hamilton_alone']:.2f}" for _ in modes) + " |",
+        "| lookup | " + " | ".join(f"{lookups[m]:.2f}" for m in modes) + " |",
+        "| **own work** | " + " | ".join(f"**{own[m]['own_work_p50_ms']:.2f}**" for m in modes) + " |",
+        "| **own work / Hamilton alone** (target) | "
+        + " | ".join(
+            f"**{own[m]['own_work_over_hamilton_alone']:.2f}x** ({targets.get(m, '-')}x)" for m in modes
+        )
+        + " |",
+    ]
+    for part in own[modes[0]]["own_work_parts_p50_ms"]:
+        rows.append(
+            f"| {part} | " + " | ".join(f"{own[m]['own_work_parts_p50_ms'][part]:.2f}" for m in modes) + " |"
+        )
+    ratio = results["access_lookup_over_lookup_p50"]
+    access = [
+        f"| lookup ({results['mode']}, default) | p50 ms | p95 ms |",
+        "|---|---:|---:|",
+        f"| unrestricted | {p50['total']:.2f} | {p95['total']:.2f} |",
+        f"| restricted to half the documents | {p50['access_lookup']:.2f} | {p95['access_lookup']:.2f} |",
+        f"| restricted / unrestricted p50 (target <= 1.10) | **{ratio:.3f}x** | |",
+    ]
+    return {"lookup-latency": "\n".join(rows), "lookup-latency-access": "\n".join(access)}
+
+
+def write_doc(doc: Path, results: dict[str, Any]) -> None:
+    """This benchmark's tables of ``doc`` rewritten whole from ``results``; the prose kept."""
+    for name, table in markdown_tables(results).items():
+        replace_table(doc, name, table)
 
 
 def restrict_half(store: Any, tool: KnowledgeTool) -> list[str]:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from doc_sections import replace_table
 from rich.console import Console
 from rich.table import Table
 
@@ -56,7 +57,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--pages", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/reingest_edit.json"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--from-json", action="store_true", help="rewrite the doc's table from --out")
     args = parser.parse_args()
+    if args.from_json:
+        write_doc(args.doc, json.loads(args.out.read_text(encoding="utf-8")))
+        return 0
     if not DATA.is_dir():
         print(f"skipped: {DATA} not found (benchmark data lives in ../shared/data)")
         return 0
@@ -120,7 +126,28 @@ def main() -> int:
         )
     )
     console.print(f"wrote {args.out}")
+    write_doc(args.doc, json.loads(args.out.read_text(encoding="utf-8")))
     return 0
+
+
+WAYS = {"reuse": "reuse (the product)", "embed all": "embed the page whole"}
+
+
+def markdown_table(results: dict) -> str:
+    """The re-ingest table of docs/benchmarks.md: medians over the edited pages, per way."""
+    rows = [f"| medians over {results['pages']} pages | chunks written | chunks embedded | seconds |"]
+    rows.append("|---|---:|---:|---:|")
+    for way, f in results["summary"].items():
+        rows.append(
+            f"| {WAYS.get(way, way)} | {f['chunks_written_median']:.0f} | {f['chunks_embedded_median']:.0f} "
+            f"| {f['seconds_median']:.2f} |"
+        )
+    return "\n".join(rows)
+
+
+def write_doc(doc: Path, results: dict) -> None:
+    """This benchmark's table of ``doc`` rewritten whole from ``results``; the prose kept."""
+    replace_table(doc, "reingest-edit", markdown_table(results))
 
 
 if __name__ == "__main__":

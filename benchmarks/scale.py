@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 from corpora import DATA, CachedEmbedder
+from doc_sections import replace_table
 
 from lookup_knowledge import KnowledgeTool, load_config
 from lookup_knowledge.adapters.corpus import read_corpus
@@ -282,7 +283,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)  # the per-size child process
     parser.add_argument("--chunks", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--from-json", action="store_true", help="rewrite the doc's table from --out")
     args = parser.parse_args()
+    if args.from_json:
+        write_doc(args.doc, json.loads(args.out.read_text(encoding="utf-8")))
+        return 0
     if args.serve:
         print(json.dumps(serve(args.serve, args.queries, args.chunks)))
         return 0
@@ -314,7 +320,35 @@ def main() -> int:
     for row in rows:
         print(" | ".join(str(row.get(k)) for k in TABLE))
     print(f"base chunks {len(pairs)}; model {figures['model_chunks_per_s']} chunks/s")
+    write_doc(args.doc, figures)
     return 0
+
+
+HEADERS = {
+    "chunks": "chunks", "dense_p50_ms": "dense p50 ms", "hybrid_p50_ms": "hybrid p50 ms",
+    "hybrid_p99_ms": "hybrid p99 ms", "filtered_p50_ms": "pinned category p50 ms",
+    "eval_queries_per_s": "eval q/s", "write_chunks_per_s": "writes chunks/s", "optimize_s": "optimize s",
+    "update_optimize_s": "optimize after 10 edits s", "store_open_s": "open s",
+    "disk_bytes_per_chunk": "disk B/chunk", "rss_mb": "serving RSS MB",
+}  # fmt: skip
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def markdown_table(figures: dict[str, Any]) -> str:
+    """The cost-curve table of docs/benchmarks.md, a row per store size."""
+    rows = ["| " + " | ".join(HEADERS[k] for k in TABLE) + " |", "|" + "---:|" * len(TABLE)]
+    rows += ["| " + " | ".join(_cell(row.get(k, "-")) for k in TABLE) + " |" for row in figures["sizes"]]
+    return "\n".join(rows)
+
+
+def write_doc(doc: Path, figures: dict[str, Any]) -> None:
+    """This benchmark's table of ``doc`` rewritten whole from ``figures``; the prose kept."""
+    replace_table(doc, "scale", markdown_table(figures))
 
 
 if __name__ == "__main__":
