@@ -97,9 +97,7 @@ def section(rows: list[dict], ran: dict) -> str:
     lines = [
         SECTION,
         "",
-        "Measured by `python benchmarks/evidence_floor.py` "
-        f"{ran['date']}, commit `{ran['commit']}`, {ran['machine']} (load average {ran['load']:.1f}): "
-        "a hit below "
+        f"Measured by `python benchmarks/evidence_floor.py` on {ran['machine']}: a hit below "
         "`retrieval.relative_evidence_floor` times its query's best normalized score is not evidence "
         "(in sparse and hybrid mode only when it is below the floor on its BM25 score too). Default "
         "pipeline, `return_n` 10 so nDCG@10 sees ten documents; stores ingested with the default "

@@ -54,8 +54,7 @@ def section(results: dict[str, Any]) -> str:
     lines = [
         SECTION,
         "",
-        "Measured by `python benchmarks/exact_code_boost.py` "
-        f"({results['date']}, {where['cpu']}, load average {where['load_average'][0]}): "
+        f"Measured by `python benchmarks/exact_code_boost.py` on {where['cpu']}: "
         "`rerank.exact_code` adds its weight to a block's rank score (a share of the search's "
         "best) when the block holds one of the query's codes verbatim (its `exact_code:` reason); "
         "measured alone, `rerank.code_question` (a question made of codes alone) at 0. "

@@ -129,9 +129,8 @@ def section(results: dict[str, Any]) -> str:
     lines = [
         SECTION,
         "",
-        "Measured by `python benchmarks/few_matches.py` "
-        f"({results['date']}, {where['cpu']}, load average {where['load_average'][0]}): "
-        "the default pipeline (hybrid, DBSF) with `retrieval.few_matches_fusion: rrf` (the default) "
+        f"Measured by `python benchmarks/few_matches.py` on {where['cpu']}: the default pipeline "
+        "(hybrid, DBSF) with `retrieval.few_matches_fusion: rrf` (the default) "
         "and `null`, side by side on the same stores.",
         "",
         "| identifier questions | fusion | questions | page | chunk | first | found |",
@@ -188,8 +187,7 @@ PROSE = [
     "any store here but the sample knowledge base's 203, where 2 of its 31 questions take it "
     "unfiltered and 7 of its lookups in all, most under the category filter L0 derives; over the "
     "300 hugo-docs identifier questions, 40% of "
-    "which take it, lookup p50 15.0 ms against 13.9 ms without it, p90 19.2 against 17.2, "
-    "alternating on one store, 2026-12-04, AMD EPYC, load 1.8-2.4). "
+    "which take it, lookup p50 about 1 ms more than without it, alternating on one store). "
     "Equal fused scores (RRF scores the dense first and the BM25 first alike when neither is in "
     "the other list) go to the better BM25 place, and the rerank keeps the store's order among "
     "equal scores. A hit reason names the fusion that ranked it (`fused rank 1 (rrf)`); the "
@@ -197,12 +195,9 @@ PROSE = [
     "slowly with rank (1/61 to 1/80 over 20 places), so such a lookup's `completenessHint` counts "
     "most chunks that `return_n` cut as of similar strength.",
     "",
-    "Both rows include the two changes that came after: the verdict's rule for a question made of "
-    "codes alone ([trust.md](trust.md), point 5: `what does baseURL do` is evidence when a best hit "
-    "holds `baseURL`) and the rerank's exact-code boost ([below](#the-exact-code-boost)). Before "
-    "them (`9561932`, 2026-12-04), the identifier questions measured page 82.0%, "
-    "chunk 81.7%, first 74.7%, found 82.7% with RRF (72.3%, 72.0%, 65.0%, 74.0% with DBSF); 46 "
-    "of the 88 camelCase ones were `no_evidence` below the null's bar.",
+    "Both rows include the verdict's rule for a question made of codes alone ([trust.md](trust.md), "
+    "point 5: `what does baseURL do` is evidence when a best hit holds `baseURL`) and the rerank's "
+    "exact-code boost ([below](#the-exact-code-boost)).",
 ]
 
 

@@ -40,7 +40,7 @@ from lookup_knowledge.adapters.sparse import holds_identifier, identifiers
 from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.eval.data import load_qrels, relevance
 
-SECTION = "## Identifiers: questions that name them, reasons that hold"
+SECTION = "## Identifiers: two versions compared"  # a comparison of two versions: its own section
 MAX_QUESTIONS = 300
 # Named things, not measurements, hashes or links (``10.8ms``, ``04d4c08d``, ``github.com/...``):
 # a letter (or ``--``) first, three letters in all, no path.
@@ -168,7 +168,7 @@ def section(results: dict[str, Any]) -> str:
 
 
 DESIGN = [
-    "What changed (2026-12-01; `before` is commit ee31244, `after` the same tree with this change): "
+    "The rules the `after` run was measured with: "
     "(1) `exact_code:X` only when the block's content holds X verbatim, case-insensitive, as a "
     "whole word, and only then does the hit skip `min_evidence_score`; (2) each identifier of "
     "several parts (`SOME_ENV_VAR`, `server.http.port`, `--dry-run`, `INV-48213`) is one more BM25 "

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 from corpora import CachedEmbedder, classic_scifact_mix, hugo_described_pages
-from doc_sections import measured, replace_section
+from doc_sections import measured, replace_section, replace_table
 from rich.console import Console
 from rich.table import Table
 
@@ -310,10 +310,8 @@ def section(results: dict[str, Any]) -> str:
         [
             SECTION,
             "",
-            f"Measured by `python benchmarks/quality.py` {ran.get('date', '(date not recorded)')}, commit "
-            f"`{ran.get('commit', '?')}`, {ran.get('machine', MACHINE)}; nDCG and recall do not depend "
-            "on the load, the hugo-docs timings do"
-            + (f" (load average {ran['load']:.1f} at the start)." if "load" in ran else "."),
+            f"Measured by `python benchmarks/quality.py` on {ran.get('machine', MACHINE)}; nDCG and "
+            "recall do not depend on the machine or its load, the hugo-docs timings do.",
             "",
             "### SciFact (BEIR test split, 300 queries)",
             "",
@@ -434,10 +432,29 @@ def main() -> int:
     return 0
 
 
+CURRENT = {  # the default pipeline's row of each set, for the doc's table of current figures
+    "SciFact": ("scifact", "hybrid, DBSF, default pipeline"),
+    "classic-dev": ("classic-dev", "hybrid, DBSF, no filter"),
+    "classic-dev + SciFact mix": ("mix", "hybrid, DBSF, no filter"),
+    "hugo-docs": ("hugo-docs-described", "hybrid, DBSF, default pipeline"),
+}
+
+
+def current_table(results: dict[str, Any]) -> str:
+    """The default pipeline's nDCG@10 and recall@10 per set (docs/quality.md, current figures)."""
+    rows = ["| set | nDCG@10 | recall@10 | recall@100 |", "|---|---:|---:|---:|"]
+    for name, (block, run_name) in CURRENT.items():
+        r = results[block][run_name]
+        deep = f"{r['recall@100']:.4f}" if "recall@100" in r else "-"
+        rows.append(f"| {name} | {r['ndcg@10']:.4f} | {r['recall@10']:.4f} | {deep} |")
+    return "\n".join(rows)
+
+
 def write_doc(doc: Path, results: dict[str, Any]) -> None:
-    """This run's section of docs/quality.md, in place (the doc's prose and the other
-    benchmarks' sections are kept)."""
+    """This run's section of docs/quality.md and its table of current figures, in place (the
+    doc's prose and the other benchmarks' sections are kept)."""
     replace_section(doc, SECTION, section(results))
+    replace_table(doc, "quality-current", current_table(results))
 
 
 def compare_backends(cache: Path, size: int, out: Path) -> int:

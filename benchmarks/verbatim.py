@@ -32,7 +32,7 @@ from lookup_knowledge.eval.data import load_qrels, relevance
 from lookup_knowledge.eval.evaluation import evaluate
 from lookup_knowledge.stores import build_embedder
 
-SECTION = "## Verbatim, located evidence"
+SECTION = "## Verbatim chunks, before and after"  # a comparison of two versions: its own section
 TINY_CHARS = 150
 FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})", re.MULTILINE)
 DEFAULT_RUN = {"retrieval.mode": "hybrid", "retrieval.fusion": "dbsf", "retrieval.return_n": 10}
@@ -131,12 +131,6 @@ RULES = [
     "Breadcrumbs drop `{#anchors}`, shortcodes and inline markup. The chunks left without a "
     "location are stand-ins for pages with no body text (their description or title); the one "
     "unbalanced fence is a page whose own last fence is never closed.",
-    "",
-    "Measured 2026-12-01 on the shared 2 cores (`before`: commit ee31244, `after`: that tree with "
-    "this change, both with its `configs/default.yaml`). SciFact was not re-ingested (10,125 chunks: "
-    "too slow on the loaded machine that day); of its 5,183 abstracts, 4,004 change only in the "
-    "whitespace between sentences (the source's one space instead of a blank line, which neither "
-    "MiniLM's tokenizer nor BM25's sees) and 48 in their chunk boundaries (10,125 -> 10,121 chunks).",
 ]
 
 
