@@ -111,3 +111,117 @@ def test_trust_py_writes_every_table_of_trust_md(tmp_path: Path) -> None:
     assert MARKER.findall(written) == MARKER.findall(original)
     prose = [line for line in original.splitlines() if not line.startswith("|")]
     assert [line for line in written.splitlines() if not line.startswith("|")] == prose
+
+
+def _st(p50: float, p95: float = 0.0) -> dict[str, float]:
+    return {"p50_ms": p50, "p95_ms": p95}
+
+
+def _parts(*ms: float) -> dict[str, float]:
+    names = (
+        "query vectors beyond the floor's encode",
+        "store round trips beyond the floor's queries",
+        "post-processing nodes",
+        "other nodes",
+        "Hamilton run beyond Hamilton alone",
+    )
+    return dict(zip(names, ms, strict=True))
+
+
+def test_the_benchmark_scripts_write_the_tables_of_benchmarks_md(tmp_path: Path) -> None:
+    """Each script's doc writer, given JSON of the shape it writes holding the page's current
+    figures, gives the page as committed: the tables are the scripts' own, to the byte."""
+    machine = {"cpu": "AMD EPYC", "cpus": 2}
+    own = {
+        "dense": {
+            "own_work_p50_ms": 3.33,
+            "own_work_over_hamilton_alone": 2.37,
+            "own_work_parts_p50_ms": _parts(0.15, 0.64, 1.16, 0.80, 0.38),
+        },
+        "hybrid": {
+            "own_work_p50_ms": 5.20,
+            "own_work_over_hamilton_alone": 3.71,
+            "own_work_parts_p50_ms": _parts(0.27, 1.93, 1.25, 0.83, 0.53),
+        },
+    }
+    latency = {
+        "queries": 300,
+        "rounds": 3,
+        "mode": "hybrid",
+        "query_backend": "openvino (none)",
+        "machine": machine,
+        "stages": {
+            "floor": _st(7.44),
+            "hybrid_floor": _st(9.46),
+            "hamilton_alone": _st(1.40),
+            "dense_lookup": _st(12.17),
+            "total": _st(16.06, 21.10),
+            "access_lookup": _st(17.49, 22.42),
+        },
+        "own_work": own,
+        "own_work_targets_over_hamilton_alone": {"dense": 1.0, "hybrid": 1.3},
+        "access_lookup_over_lookup_p50": 1.089,
+    }
+    throughput = {
+        "queries": 300,
+        "mode": "hybrid",
+        "query_backend": "openvino (none)",
+        "machine": machine,
+        "dense_floor_qps": [238],
+        "floor_qps": [203],
+        "design_floor_qps": [134],
+        "eval_qps": [88],
+        "direct_qps": [85],
+        "own_work_per_query_ms": 3.9,
+        "hamilton_alone_per_query_ms": 0.95,
+        "own_work_over_hamilton_alone": 4.1,
+    }
+
+    def backend(*v: float) -> dict[str, float]:
+        keys = (
+            "query_p50_ms",
+            "query_p50_vs_torch",
+            "chunks_per_s",
+            "chunks_per_s_vs_torch",
+            "query_peak_rss_mb",
+            "document_peak_rss_mb",
+        )
+        return dict(zip(keys, v, strict=True))
+
+    backends = {
+        "queries": 100,
+        "chunks": 256,
+        "rounds": 2,
+        "summary": {
+            "torch": backend(6.71, 1.0, 38.8, 1.0, 584, 1142),
+            "onnx": backend(3.89, 0.58, 23.1, 0.60, 197, 1821),
+            "onnx int8": backend(2.93, 0.44, 29.3, 0.76, 178, 1941),
+            "openvino": backend(2.67, 0.40, 100.4, 2.59, 308, 1010),
+            "openvino int8": backend(6.67, 0.99, 35.2, 0.91, 356, 1065),
+        },
+    }
+    scale = _benchmark("scale")
+    sizes = [
+        (10_000, 13.2, 16.9, 24.3, 18.4, 88, 4450, 2.3, 0.008, 0.13, 8297, 916),
+        (100_000, 15.3, 23.0, 31.8, 27.6, 73, 3868, 50.1, 0.011, 0.39, 4502, 1144),
+        (1_000_000, 17.0, 38.7, 60.3, 49.2, 60, 3126, 491.2, 0.018, 3.80, 4086, 3064),
+    ]
+    stores = {"sizes": [dict(zip(scale.TABLE, row, strict=True)) for row in sizes]}
+    edits = {
+        "pages": 20,
+        "summary": {
+            "reuse": {"chunks_written_median": 28, "chunks_embedded_median": 1, "seconds_median": 0.12},
+            "embed all": {"chunks_written_median": 28, "chunks_embedded_median": 28, "seconds_median": 0.50},
+        },
+    }
+    doc = tmp_path / "benchmarks.md"
+    committed = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    start, end = "(written by its benchmark script) -->\n", "\n<!-- /table:"
+    emptied = re.sub(re.escape(start) + r".*?" + re.escape(end), start + "|  |" + end, committed, flags=re.S)
+    doc.write_text(emptied, encoding="utf-8")
+    _benchmark("lookup_latency").write_doc(doc, latency)
+    _benchmark("eval_throughput").write_doc(doc, throughput)
+    _benchmark("embedder_backends").write_doc(doc, backends)
+    scale.write_doc(doc, stores)
+    _benchmark("reingest_edit").write_doc(doc, edits)
+    assert doc.read_text(encoding="utf-8") == committed
