@@ -24,8 +24,8 @@ depends on internal knowledge.
 - evidenceStatus "evidence" (found=true): the best passages plausibly answer it. Answer from \
 `evidenceBlocks` only; cite each fact with its block's `evidenceKey` in square brackets, exactly \
 as returned (`<docId>#chunk-<n>`).
-- `relevanceLevel` "high": both searches rank the top block first and it holds the question's \
-words; "medium": both rank it in their top three; "low": check that the blocks answer first.
+- `relevanceLevel` "high": the top block closely matches the question; "medium": it likely \
+does; "low": check that the blocks answer before relying on them.
 - `completenessHint` "partial: ...": similar evidence was left out; look up the documents it \
 names.
 - "no_evidence": nothing documented; say so instead of answering from memory. You may retry \
