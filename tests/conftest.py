@@ -185,26 +185,61 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.model)
 
 
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A loopback port whose server accepts connections and never answers (a hung service)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    held: list[socket.socket] = []
+class SilentServer:
+    """A loopback server that accepts connections and never answers (a hung service), counting
+    the connections it accepted: how often a client tried, whatever the clock says."""
 
-    def accept() -> None:
+    def __init__(self) -> None:
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(64)
+        self.port: int = self._socket.getsockname()[1]
+        self._held: list[tuple[socket.socket, tuple[str, int]]] = []  # (connection, its peer)
+        self._probes: list[socket.socket] = []
+        self._lock = threading.Condition()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
         while True:
             try:
-                held.append(server.accept()[0])
+                connection, peer = self._socket.accept()
             except OSError:
                 return
+            with self._lock:
+                self._held.append((connection, peer))
+                self._lock.notify_all()
 
-    threading.Thread(target=accept, daemon=True).start()
-    yield server.getsockname()[1]
+    def accepted(self) -> int:
+        """The connections clients made so far. A probe connection is made and awaited first:
+        the backlog is accepted in order, so every connection made before this call is counted."""
+        probe = socket.create_connection(("127.0.0.1", self.port))
+        with self._lock:
+            self._probes.append(probe)
+            address = probe.getsockname()
+            arrived = self._lock.wait_for(lambda: any(peer == address for _, peer in self._held), 60)
+            assert arrived, "no probe accepted in 60 s (a hang guard, not a speed limit)"
+            probes = {p.getsockname() for p in self._probes}
+            return sum(peer not in probes for _, peer in self._held)
+
+    def close(self) -> None:
+        self._socket.close()
+        with self._lock:
+            for connection in [*(c for c, _ in self._held), *self._probes]:
+                connection.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    """A :class:`SilentServer` on a loopback port, closed after the test."""
+    server = SilentServer()
+    yield server
     server.close()
-    for connection in held:
-        connection.close()
+
+
+@pytest.fixture
+def silent_port(silent_server: SilentServer) -> int:
+    """A loopback port whose server accepts connections and never answers (a hung service)."""
+    return silent_server.port
 
 
 @pytest.fixture

@@ -545,7 +545,8 @@ def test_a_document_with_a_chunk_missing_is_rewritten(small_corpus: Path, tmp_pa
 
 class _OnAGpu:
     """The real embedder as ingest sees one on a GPU (``encodes_off_cpu``): every call after the
-    first waits (up to 10 s) for a group's write to begin, and records whether one did."""
+    first waits for a group's write to begin (up to 60 s: a hang guard, not a speed limit) and
+    records whether one did."""
 
     encodes_off_cpu = True
 
@@ -558,7 +559,7 @@ class _OnAGpu:
     def embed_documents(self, texts):
         self._calls += 1
         if self._calls > 1:
-            self.waits.append(self._written.wait(10))
+            self.waits.append(self._written.wait(60))
         return self._embedder.embed_documents(texts)
 
 

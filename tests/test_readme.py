@@ -106,8 +106,9 @@ def test_the_example_result_is_what_a_real_run_gives(demo_checkout: Path) -> Non
 
 
 def test_the_example_check_tolerates_cpu_float_noise_but_not_a_stale_result() -> None:
-    """What varies by CPU (the fourth decimal of a score) passes; a changed score, key, string or
-    list length fails."""
+    """What varies by CPU (the fourth decimal of a score, more in the figures read against the
+    probe null: margin, percentile, the store's bar) passes; a changed score, key, string or list
+    length fails."""
     example = readme_example()
     committed = {"score": 2.3607, "normalizedScore": 0.6965, "n": 2, "found": True, "keys": ["a#chunk-1"]}
     assert example.differences(committed, {**committed, "score": 2.36, "normalizedScore": 0.6959}) == []
@@ -123,3 +124,8 @@ def test_the_example_check_tolerates_cpu_float_noise_but_not_a_stale_result() ->
     assert example.differences(verdict, {**verdict, "margin": 9.1685, "densePercentile": 0.9773}) == []
     assert example.differences(verdict, {**verdict, "margin": 7.2})  # amplified, not unbounded
     assert example.differences(verdict, {**verdict, "denseTop": 0.7065})
+    bar = {"strictness": 2.4112, "ownQuestionsP5": 2.4112}  # the store's bar, as one CPU reads it
+    assert example.differences(bar, {"strictness": 2.3835, "ownQuestionsP5": 2.3835}) == []  # another
+    assert example.differences(bar, {**bar, "strictness": 2.1})  # a bar that moved: stale
+    assert example.differences(bar, {**bar, "ownQuestionsP5": 2.7})
+    assert example.differences(bar, {**bar, "ownQuestionsP5": None})  # the raise switched off

@@ -20,7 +20,7 @@ from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 
 pytestmark = pytest.mark.slow
 CLI = [str(Path(sys.executable).parent / "lookup-knowledge")]
-SEARCHABLE_WITHIN_S = 5.0
+HANG_GUARD_S = 120.0  # waits for an event stop after this long (how soon it comes: benchmarks/watch.py)
 NEW_TEXT = "Gift cards are never refundable, said the zebra committee."
 
 
@@ -30,7 +30,7 @@ def _lines(stream: IO[str]) -> queue.Queue[str]:
     return lines
 
 
-def _wait_for(lines: queue.Queue[str], text: str, timeout_s: float = 120) -> str:
+def _wait_for(lines: queue.Queue[str], text: str, timeout_s: float = HANG_GUARD_S) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -57,15 +57,16 @@ def watcher(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], queue.Queue
             process.wait()
 
 
-def _searchable(tool: KnowledgeTool, query: str, doc_id: str, present: bool = True) -> float:
-    """Seconds until ``doc_id`` is (or is no longer) among the lookup's blocks."""
-    started = time.monotonic()
-    while time.monotonic() - started < SEARCHABLE_WITHIN_S:
+def _searchable(tool: KnowledgeTool, query: str, doc_id: str, present: bool = True) -> None:
+    """Return once ``doc_id`` is (or is no longer) among the lookup's blocks."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline:
         docs = {b.doc_id for b in tool.lookup(query).evidence_blocks}
         if (doc_id in docs) is present:
-            return time.monotonic() - started
+            return
         time.sleep(0.05)
-    raise AssertionError(f"{doc_id} {'not searchable' if present else 'still returned'} within the limit")
+    state = "never became searchable" if present else "was still returned"
+    raise AssertionError(f"{doc_id} {state} within {HANG_GUARD_S:g} s (a hang guard)")
 
 
 def test_an_edit_and_a_deletion_reach_a_serving_process_and_sigterm_stops_cleanly(
@@ -86,4 +87,4 @@ def test_an_edit_and_a_deletion_reach_a_serving_process_and_sigterm_stops_cleanl
         tool.close()
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
-    _wait_for(lines, "stopped", timeout_s=5)
+    _wait_for(lines, "stopped")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -38,19 +37,16 @@ def reasons(corpus_or_report) -> dict[str, str]:  # noqa: ANN001 - a Corpus or a
 # --- YAML aliases -----------------------------------------------------------------------------
 
 
-def test_billion_laughs_is_refused_unexpanded_quickly_and_in_little_memory(tmp_path: Path) -> None:
+def test_billion_laughs_is_refused_unexpanded_in_little_memory(tmp_path: Path) -> None:
     (tmp_path / "bomb.md").write_text(billion_laughs(), encoding="utf-8")
     (tmp_path / "ok.md").write_text("# Fine\n\nbody\n", encoding="utf-8")
     tracemalloc.start()
-    started = time.perf_counter()
     try:
         corpus = read_corpus(tmp_path)
-        seconds = time.perf_counter() - started
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert seconds < 2.0  # expanded, it is 3.4e9 characters: minutes and gigabytes
-    assert peak < 20_000_000
+    assert peak < 20_000_000  # expanded, it is 3.4e9 characters: gigabytes (its time: a benchmark)
     assert "aliases expand it to 3,395,982,743 characters" in reasons(corpus)["bomb.md"]
     assert [d.doc_id for d in corpus.documents] == ["ok.md"]
 

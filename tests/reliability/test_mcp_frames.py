@@ -1,4 +1,4 @@
-"""Every frame written to ``lookup-knowledge mcp`` gets an answer, within seconds.
+"""Every frame written to ``lookup-knowledge mcp`` gets an answer.
 
 The SDK's stdio reader drops a line it cannot parse, so its client waits its full timeout: a
 request id without a method, a lone-surrogate escape in the query and 100,000-deep nesting were
@@ -24,7 +24,7 @@ from lookup_knowledge.agent.tool_definition import TOOL_NAME
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
 STARTUP_TIMEOUT_S = 180  # the server imports torch and loads the model on a busy 2-core machine
-REPLY_TIMEOUT_S = 5.0
+REPLY_TIMEOUT_S = 120.0  # a hang guard: a dropped frame is never answered; a reply takes milliseconds
 DEEP = 100_000
 
 
@@ -52,18 +52,17 @@ class RawServer:
         self.process.stdin.write(line.encode("utf-8") + b"\n")
         self.process.stdin.flush()
 
-    def reply(self, frame_id: int | None, timeout_s: float) -> tuple[dict[str, Any], float]:
-        """The reply with ``frame_id`` and the seconds it took."""
-        started = time.perf_counter()
-        deadline = started + timeout_s
-        while (left := deadline - time.perf_counter()) > 0:
+    def reply(self, frame_id: int | None, timeout_s: float = REPLY_TIMEOUT_S) -> dict[str, Any]:
+        """The reply with ``frame_id``; waiting stops after ``timeout_s`` (a hang guard)."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
             try:
                 message = json.loads(self._lines.get(timeout=left))
             except queue.Empty:
                 break
             if message.get("id") == frame_id and ("result" in message or "error" in message):
-                return message, time.perf_counter() - started
-        raise AssertionError(f"no reply to frame {frame_id} within {timeout_s} s")
+                return message
+        raise AssertionError(f"no reply to frame {frame_id} within {timeout_s} s: never answered")
 
     def close(self) -> None:
         assert self.process.stdin is not None
@@ -72,7 +71,7 @@ class RawServer:
 
 
 @pytest.mark.slow
-def test_every_frame_is_answered_in_seconds(sample_store: Path) -> None:
+def test_every_frame_is_answered(sample_store: Path) -> None:
     server = RawServer(sample_store)
     try:
         initialize = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw"}}
@@ -81,11 +80,11 @@ def test_every_frame_is_answered_in_seconds(sample_store: Path) -> None:
         server.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
 
         server.send('{"jsonrpc": "2.0", "id": 1}')  # an id without a method
-        no_method, elapsed_1 = server.reply(1, REPLY_TIMEOUT_S)
+        no_method = server.reply(1)
         assert no_method["error"]["code"] == -32600
 
         server.send(_call(2, "refund \ud800 approval"))  # json.dumps writes it as the escape "\\ud800"
-        surrogate, elapsed_2 = server.reply(2, REPLY_TIMEOUT_S + 5)  # a real lookup call
+        surrogate = server.reply(2)  # a real lookup call
         result = surrogate["result"]
         assert result["isError"] is True  # a tool error result the agent can read
         assert result["structuredContent"]["evidenceStatus"] == "invalid_input"
@@ -95,17 +94,16 @@ def test_every_frame_is_answered_in_seconds(sample_store: Path) -> None:
             '{"jsonrpc": "2.0", "id": 3, "method": "ping", "params": {"x": ' + "[" * DEEP + "]" * DEEP + "}}"
         )
         server.send(deep)
-        nested, elapsed_3 = server.reply(3, REPLY_TIMEOUT_S)
+        nested = server.reply(3)
         assert nested["error"]["code"] == -32700
 
         server.send("not json at all")  # no id to answer: the reply's id is null
-        garbage, _ = server.reply(None, REPLY_TIMEOUT_S)
+        garbage = server.reply(None)
         assert garbage["error"]["code"] == -32700
 
         server.send(_call(4, "Who must approve a refund above 500 EUR?"))  # the server serves on
-        served, _ = server.reply(4, 60)
+        served = server.reply(4)
         assert served["result"]["structuredContent"]["evidenceStatus"] == "evidence"
-        print(f"replies: no method {elapsed_1:.2f} s, surrogate {elapsed_2:.2f} s, deep {elapsed_3:.2f} s")
     finally:
         server.close()
     assert server.process.returncode == 0

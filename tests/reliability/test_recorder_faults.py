@@ -7,10 +7,12 @@ hung PostgreSQL looks like to a client); the driver is the real psycopg.
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Callable
 
 import pytest
+from conftest import SilentServer
 
+from lookup_knowledge.adapters import recorder as recorder_module
 from lookup_knowledge.adapters.recorder import (
     CircuitBreaker,
     Invocation,
@@ -20,6 +22,8 @@ from lookup_knowledge.adapters.recorder import (
 from lookup_knowledge.config import ConfigError, load_config
 
 TIMEOUT_S = 1.0
+CONNECT_FAILED = "connection timeout expired"
+FAST = "(retrying in"  # the open circuit's answer: no connection was tried
 
 
 @pytest.fixture
@@ -28,55 +32,115 @@ def hung_postgres(silent_port: int) -> str:
     return f"postgresql+psycopg://lk:secret@127.0.0.1:{silent_port}/lk"
 
 
+class Clock:
+    """A monotonic clock the test moves: the breaker's intervals pass when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(recorder_module, "time", clock)  # the breaker's clock only, not the driver's
+    return clock
+
+
 def row() -> Invocation:
     return Invocation("s", "lookup_knowledge", "q", "evidence", 0, None, None, 1.0, {})
 
 
-def timed_failure(call) -> float:
-    started = time.perf_counter()
+def failure(call: Callable[[], object]) -> str:
+    """The message of the :class:`RecorderUnavailableError` ``call`` raises (never the password)."""
     with pytest.raises(RecorderUnavailableError) as excinfo:
         call()
     assert "secret" not in str(excinfo.value)
-    return time.perf_counter() - started
+    return str(excinfo.value)
 
 
-def test_a_hung_database_costs_one_timeout_then_calls_fail_fast(hung_postgres: str) -> None:
+def test_a_hung_database_costs_one_timeout_then_calls_fail_fast(
+    hung_postgres: str, silent_server: SilentServer
+) -> None:
+    """The first call connects and times out; the next 40 are answered by the open circuit,
+    without a connection (the silent server counts them). How fast: benchmarks/reliability_faults.py."""
     recorder = InvocationRecorder(hung_postgres, connect_timeout_s=TIMEOUT_S, breaker=CircuitBreaker(60))
-    first = timed_failure(lambda: recorder.record(row()))
-    later = [timed_failure(lambda: recorder.record(row())) for _ in range(20)]
-    later += [timed_failure(lambda: recorder.session_domains("s")) for _ in range(20)]
-    assert TIMEOUT_S * 0.5 < first < TIMEOUT_S + 2
-    assert max(later) < 0.05
+    first = failure(lambda: recorder.record(row()))
+    assert CONNECT_FAILED in first and FAST not in first
+    assert silent_server.accepted() == 1
+    later = [failure(lambda: recorder.record(row())) for _ in range(20)]
+    later += [failure(lambda: recorder.session_domains("s")) for _ in range(20)]
+    assert all(message.endswith(f"{FAST} 60 s)") for message in later), later[:3]
+    assert silent_server.accepted() == 1  # no call after the first reached the database
     recorder.close()
 
 
-def test_after_the_interval_one_call_retries(hung_postgres: str) -> None:
+def test_after_the_interval_one_call_retries(
+    hung_postgres: str, silent_server: SilentServer, clock: Clock
+) -> None:
     recorder = InvocationRecorder(hung_postgres, connect_timeout_s=TIMEOUT_S, breaker=CircuitBreaker(0.5))
-    timed_failure(lambda: recorder.record(row()))
-    assert timed_failure(lambda: recorder.record(row())) < 0.05
-    time.sleep(0.6)
-    assert timed_failure(lambda: recorder.record(row())) > TIMEOUT_S * 0.5  # the retry waits again
-    assert timed_failure(lambda: recorder.record(row())) < 0.05  # and the circuit opens again
+    failure(lambda: recorder.record(row()))
+    assert FAST in failure(lambda: recorder.record(row()))
+    clock.now += 0.4  # within the interval: still open
+    assert FAST in failure(lambda: recorder.record(row()))
+    assert silent_server.accepted() == 1
+    clock.now += 0.2  # the interval passed: the next call tries the database again
+    assert FAST not in failure(lambda: recorder.record(row()))
+    assert silent_server.accepted() == 2
+    assert failure(lambda: recorder.record(row())).endswith(f"{FAST} 1 s)")  # open again, twice as long
+    assert silent_server.accepted() == 2
     recorder.close()
 
 
-def test_concurrent_callers_wait_at_most_once(hung_postgres: str) -> None:
+def test_concurrent_callers_wait_at_most_once(hung_postgres: str, silent_server: SilentServer) -> None:
+    """8 threads x 10 calls while the circuit is open: every one is answered by the breaker,
+    none connects. Their wait: benchmarks/reliability_faults.py."""
     breaker = CircuitBreaker(60)
     recorder = InvocationRecorder(hung_postgres, connect_timeout_s=TIMEOUT_S, breaker=breaker)
-    timed_failure(lambda: recorder.record(row()))
-    durations: list[float] = []
+    failure(lambda: recorder.record(row()))
+    messages: list[str] = []
+    start = threading.Barrier(8)
 
     def call() -> None:
+        start.wait()
         for _ in range(10):
-            durations.append(timed_failure(lambda: recorder.record(row())))
+            messages.append(failure(lambda: recorder.record(row())))
 
     threads = [threading.Thread(target=call) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(durations) == 80
-    assert max(durations) < 0.05
+    assert len(messages) == 80
+    assert all(FAST in message for message in messages)
+    assert silent_server.accepted() == 1  # the first call's connection only
+
+
+def test_concurrent_callers_after_the_interval_send_one_trial(
+    hung_postgres: str, silent_server: SilentServer, clock: Clock
+) -> None:
+    """When the interval has passed, one of 8 concurrent callers tries the database; the others
+    are told a retry is under way instead of each waiting a timeout."""
+    recorder = InvocationRecorder(hung_postgres, connect_timeout_s=TIMEOUT_S, breaker=CircuitBreaker(1))
+    failure(lambda: recorder.record(row()))
+    clock.now += 2
+    messages: list[str] = []
+    start = threading.Barrier(8)
+
+    def call() -> None:
+        start.wait()
+        messages.append(failure(lambda: recorder.record(row())))
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    tried = [message for message in messages if FAST not in message and "a retry is under way" not in message]
+    assert len(tried) == 1 and CONNECT_FAILED in tried[0]
+    assert silent_server.accepted() == 2
 
 
 def test_the_breaker_closes_after_a_success() -> None:

@@ -1,15 +1,14 @@
 """A serving process outlives its Qdrant server's outages.
 
 ``lookup-knowledge mcp`` with ``store.backend=qdrant`` and the server down starts anyway and
-answers each call with ``retrieval_failed`` within ``store.timeout_s`` (+1 s); the search port
-behind it reopens the store once the server is back.
+answers each call with ``retrieval_failed`` (how fast: benchmarks/reliability_faults.py); the
+search port behind it reopens the store once the server is back.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-import time
 from pathlib import Path
 
 import anyio
@@ -18,6 +17,7 @@ from conftest import make_config
 from mcp import Client, StdioServerParameters
 
 from lookup_knowledge import ingest
+from lookup_knowledge.adapters import server_port
 from lookup_knowledge.adapters.errors import StoreMissingError, StoreUnavailableError
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.search import SearchRequest
@@ -32,16 +32,15 @@ TIMEOUT_S = 1.0
 CALLS = 3
 
 
-async def _calls_to_a_server_without_its_store(store: Path, url: str) -> list[tuple[dict, float]]:
+async def _calls_to_a_server_without_its_store(store: Path, url: str) -> list[dict]:
     sets = [f"store.path={store}", "store.backend=qdrant", f"store.url={url}", f"store.timeout_s={TIMEOUT_S}"]
     args = ["mcp", *[arg for setting in sets for arg in ("--set", setting)]]
     params = StdioServerParameters(command=str(LOOKUP_KNOWLEDGE), args=args)
     answers = []
     async with Client(params, read_timeout_seconds=STARTUP_TIMEOUT_S) as client:
         for _ in range(CALLS):
-            started = time.perf_counter()
             result = await client.call_tool(TOOL_NAME, {"query": "Who approves a refund above 500 EUR?"})
-            answers.append((result.structured_content, time.perf_counter() - started))
+            answers.append(result.structured_content)
             assert not result.is_error  # an outage is a result, not a tool error
     return answers
 
@@ -54,13 +53,30 @@ def test_mcp_serves_retrieval_failed_while_the_server_is_down(
     url = request.getfixturevalue(f"{kind}_url")
     answers = anyio.run(_calls_to_a_server_without_its_store, tmp_path, url)
     assert len(answers) == CALLS  # the server started and stayed up
-    print(f"mcp, server {kind}: calls answered in", ", ".join(f"{elapsed:.2f} s" for _, elapsed in answers))
-    for result, elapsed in answers:
+    for result in answers:
         assert result["evidenceStatus"] == "retrieval_failed"
         assert result["found"] is False
         errors = [attempt["error"] for attempt in result["retrievalTrace"]["attempts"]]
         assert errors and all(url in error for error in errors)
-        assert elapsed < TIMEOUT_S + 1, f"{kind}: {elapsed:.2f} s"
+        if kind == "hung":  # bounded by the timeout, not left hanging
+            assert all(f"no answer within store.timeout_s = {TIMEOUT_S} s" in error for error in errors)
+
+
+class Clock:
+    """A monotonic clock the test moves: the port's retry interval passes when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(server_port, "time", clock)
+    return clock
 
 
 class FlakyServer:
@@ -94,7 +110,9 @@ class FlakyStore:
         self.store.close()
 
 
-def test_the_port_answers_each_outage_and_recovers(tmp_path: Path, small_corpus: Path, embedder) -> None:
+def test_the_port_answers_each_outage_and_recovers(
+    tmp_path: Path, small_corpus: Path, embedder, clock: Clock
+) -> None:
     config = make_config(tmp_path, store__backend="qdrant")
     ingest(small_corpus, config, embedder=embedder)
     server = FlakyServer(config)
@@ -107,9 +125,10 @@ def test_the_port_answers_each_outage_and_recovers(tmp_path: Path, small_corpus:
         with pytest.raises(StoreUnavailableError, match="unavailable"):
             port.search(request)  # down at the start
         server.down = False
+        clock.now += 0.1
         with pytest.raises(StoreUnavailableError):  # within retry_after_s: the same answer at once
             port.search(request)
-        time.sleep(0.25)
+        clock.now += 0.15
         assert port.search(request)[0].doc_id == "refunds"  # back: opened afresh
         assert (server.opened, reopened) == (1, [])  # the first open is no reopening
         server.down = True
@@ -119,7 +138,7 @@ def test_the_port_answers_each_outage_and_recovers(tmp_path: Path, small_corpus:
         with pytest.raises(StoreUnavailableError):
             port.search(request)
         assert server.opened == 1  # failing at once: no new connection attempt yet
-        time.sleep(0.25)
+        clock.now += 0.25
         assert port.search(request)[0].doc_id == "refunds"
         assert (server.opened, reopened) == (2, [2])  # reopened, and the caller told (L0 reload)
     finally:
@@ -135,8 +154,10 @@ def test_a_hung_reopening_costs_a_lookup_wait_s_and_serves_the_next(
     config = make_config(tmp_path, store__backend="qdrant")
     ingest(small_corpus, config, embedder=embedder)
     server, answer, reopened = FlakyServer(config), threading.Event(), threading.Event()
+    attempts: list[int] = []
 
     def opener() -> FlakyStore:
+        attempts.append(server.opened)
         if server.opened:  # the reopening hangs until the server answers
             answer.wait(timeout=60)
         return server()
@@ -151,11 +172,9 @@ def test_a_hung_reopening_costs_a_lookup_wait_s_and_serves_the_next(
             port.search(request)  # the open client fails: dropped
         server.down = False
         for _ in range(2):  # the reopening hangs: the first lookup waits wait_s, the next none
-            started = time.perf_counter()
             with pytest.raises(StoreUnavailableError, match="connection refused"):
-                port.search(request)
-            assert time.perf_counter() - started < 1.0
-        assert server.opened == 1
+                port.search(request)  # failed, not served: no lookup waited for the reopening
+        assert (server.opened, len(attempts)) == (1, 2)  # the second lookup started no opening
         answer.set()  # the server answers: the same reopening completes
         assert reopened.wait(timeout=30)
         assert port.search(request)[0].doc_id == "refunds"

@@ -7,7 +7,6 @@ collection that is missing, and a store locked by another holder.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from lookup_knowledge.stores import open_store
 TIMEOUT_S = 1.0
 
 
-def query_json(tmp_path: Path, url: str, *extra: str) -> tuple[int, dict, float]:
+def query_json(tmp_path: Path, url: str, *extra: str) -> tuple[int, dict]:
     args = ["query", "refund approval", "--json", "--no-record"]
     sets = [
         f"store.path={tmp_path}",
@@ -38,35 +37,37 @@ def query_json(tmp_path: Path, url: str, *extra: str) -> tuple[int, dict, float]
     ]
     for setting in sets:
         args += ["--set", setting]
-    started = time.perf_counter()
     outcome = CliRunner().invoke(app, [*args, *extra])
-    elapsed = time.perf_counter() - started
-    return outcome.exit_code, json.loads(outcome.stdout), elapsed
+    return outcome.exit_code, json.loads(outcome.stdout)
 
 
 @pytest.mark.parametrize("kind", ["refused", "hung"])
-def test_query_json_with_the_server_down_prints_retrieval_failed_in_time(
+def test_query_json_with_the_server_down_prints_retrieval_failed_after_one_attempt(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """One connection, one ``store.timeout_s``, no retries (how long that takes:
+    benchmarks/reliability_faults.py)."""
     url = request.getfixturevalue(f"{kind}_url")
-    code, result, elapsed = query_json(tmp_path, url)
+    code, result = query_json(tmp_path, url)
     assert code == 1
     assert result["evidenceStatus"] == "retrieval_failed"
     assert result["found"] is False
     assert url in result["message"]
-    assert elapsed < TIMEOUT_S + 1
     if kind == "hung":
         assert f"no answer within store.timeout_s = {TIMEOUT_S} s" in result["message"]
+        assert request.getfixturevalue("silent_server").accepted() == 1
     assert not list(tmp_path.iterdir())  # nothing recorded, nothing created
 
 
 @pytest.mark.parametrize("kind", ["refused", "hung"])
 def test_the_server_adapter_raises_unavailable(kind: str, request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue(f"{kind}_url")
-    started = time.perf_counter()
-    with pytest.raises(StoreUnavailableError, match="is unavailable"):
+    with pytest.raises(StoreUnavailableError, match="is unavailable") as excinfo:
         QdrantClientStore("knowledge", 384, url=url, timeout_s=TIMEOUT_S)
-    assert time.perf_counter() - started < TIMEOUT_S + 1
+    assert url in str(excinfo.value)
+    if kind == "hung":  # the timeout honoured: one connection, no retries
+        assert f"no answer within store.timeout_s = {TIMEOUT_S} s" in str(excinfo.value)
+        assert request.getfixturevalue("silent_server").accepted() == 1
 
 
 def test_a_missing_collection_is_reported_not_created(tmp_path: Path) -> None:
