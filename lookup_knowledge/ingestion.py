@@ -5,7 +5,9 @@ content hash, and every chunk carries that hash and its version's chunk count. A
 unchanged only when the store holds exactly its current version, complete; a changed one is
 written beside its old version, which is then deleted, so a kill at any point leaves the old
 version intact and the next run completes the new one. ``prune`` removes documents whose
-source is gone, never ones skipped (unreadable) in this run.
+source is gone, never ones skipped (unreadable) in this run. A document with no text but
+headings (a redirect page) has no chunks: it is skipped and named, and a version the store
+holds of it is removed.
 
 >>> report = ingest("knowledge/", load_config())  # doctest: +SKIP
 >>> report.chunks_written  # doctest: +SKIP
@@ -40,6 +42,7 @@ from lookup_knowledge.config import Config
 from lookup_knowledge.instruction_flag import block_markers
 from lookup_knowledge.stores import build_embedder, converted_dir, l0_index_path, open_store
 
+NO_TEXT = "no body text, only a title or headings: nothing to cite"
 PROGRESS_LINE_S = 15  # seconds between progress lines when the output is not a terminal
 EMBED_GROUP = 512  # chunks embedded and written per step (bounded memory, steady progress)
 
@@ -53,7 +56,7 @@ class IngestReport:
     new: int = 0
     updated: int = 0
     unchanged: int = 0
-    pruned: int = 0
+    pruned: int = 0  # stored documents removed: their source gone (prune) or left with no text
     chunks_written: int = 0
     chunks_embedded: int = 0  # of those written: the rest reused their old version's vector (same text)
     points_in_store: int = 0
@@ -101,7 +104,6 @@ def ingest(
         if owns_store:
             store.close()
     report.source = str(source)
-    report.skipped = corpus.skipped
     report.seconds = time.perf_counter() - started
     return report
 
@@ -114,14 +116,19 @@ def _sync(
     prune: bool,
     progress: bool,
 ) -> IngestReport:
-    documents = corpus.documents
     stored = store.documents()
-    hashes = {doc.doc_id: document_hash(doc, config, embedder.model_name) for doc in documents}
-    access = {doc.doc_id: document_access(doc, config) for doc in documents}
-    changed = [doc for doc in documents if not _holds(stored.get(doc.doc_id), hashes[doc.doc_id], doc)]
+    hashes = {doc.doc_id: document_hash(doc, config, embedder.model_name) for doc in corpus.documents}
+    changed = [doc for doc in corpus.documents if not _holds(stored.get(doc.doc_id), hashes[doc.doc_id], doc)]
     chunks = {doc.doc_id: chunk_document(doc, config.ingest.chunk_chars) for doc in changed}
+    textless = {doc.doc_id: doc.source for doc in changed if not chunks[doc.doc_id]}
+    skipped = [*corpus.skipped, *(SkippedFile(source, NO_TEXT, source) for source in textless.values())]
+    documents = [doc for doc in corpus.documents if doc.doc_id not in textless]
+    changed = [doc for doc in changed if doc.doc_id not in textless]
+    access = {doc.doc_id: document_access(doc, config) for doc in documents}
     embedded = _write(changed, chunks, hashes, access, store, embedder, progress, set(stored))
-    gone = _prunable(stored, hashes, corpus.skipped) if prune else []
+    gone = sorted(
+        {*(_prunable(stored, hashes, skipped) if prune else []), *(textless.keys() & stored.keys())}
+    )
     _update_l0(config, documents, access, gone)  # first: the L0 index never lists a document the store lost
     regranted = _set_access(documents, changed, stored, access, store)
     store.delete_documents(gone)
@@ -136,8 +143,9 @@ def _sync(
         updated=updated,
         unchanged=len(documents) - len(changed) - regranted,
         pruned=len(gone),
-        chunks_written=sum(map(len, chunks.values())),
+        chunks_written=sum(len(chunks[doc.doc_id]) for doc in changed),
         chunks_embedded=embedded,
+        skipped=skipped,
     )
 
 
@@ -439,9 +447,7 @@ def _payload(pending: _PendingChunk) -> ChunkPayload:
     )
 
 
-def _location_payload(location: SourceSpan | None) -> LocationPayload | None:
-    if location is None:
-        return None
+def _location_payload(location: SourceSpan) -> LocationPayload:
     return {
         "start_line": location.start_line, "end_line": location.end_line,
         "start_char": location.start_char, "end_char": location.end_char,

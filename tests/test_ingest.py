@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import SMALL_CORPUS, make_config, write_markdown
+from hashing_embedder import HashingEmbedder
 from typer.testing import CliRunner
 
 from lookup_knowledge import sample_knowledge_base
@@ -26,7 +27,7 @@ from lookup_knowledge.adapters.search import SearchHit, SearchRequest
 from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
-from lookup_knowledge.ingestion import IngestReport, ingest, vector_source
+from lookup_knowledge.ingestion import NO_TEXT, IngestReport, ingest, vector_source
 from lookup_knowledge.stores import calibration_path, l0_index_path, open_store
 
 SAMPLE_DOMAINS = {"customer-support", "data-platform", "infrastructure", "payments", "security"}
@@ -330,6 +331,28 @@ def test_bad_file_is_skipped_and_named_while_the_rest_ingest(
     assert "broken YAML frontmatter" in report.skipped[0].reason
     with opened(config) as store:
         assert sorted(store.documents()) == ["api-keys", "kafka-runbook", "refunds"]
+
+
+def test_a_page_with_no_body_text_is_skipped_with_its_reason_and_its_old_version_removed(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """A redirect page (frontmatter and a title) is no evidence: no title-only chunk stands for it."""
+    billing = {"id": "billing", "title": "Billing policy", "description": "How invoices are billed."}
+    write_markdown(small_corpus, "billing.md", billing, "Invoices go out monthly. " * 12)
+    config, embedder = make_config(tmp_path / "store"), HashingEmbedder()
+    ingest(small_corpus, config, embedder=embedder)
+    write_markdown(small_corpus, "billing.md", {**billing, "aliases": ["/billing/"]}, "")  # now a redirect
+    write_markdown(small_corpus, "moved.md", {"title": "Moved"}, "# Moved\n\n## See the new page\n")
+    report = ingest(small_corpus, config, embedder=embedder)
+    skipped = sorted((s.path, s.reason) for s in report.skipped)
+    assert skipped == [("billing.md", NO_TEXT), ("moved.md", NO_TEXT)]
+    assert (report.documents, report.unchanged, report.pruned) == (3, 3, 1)  # billing's old version went
+    with opened(config) as store:
+        assert sorted(store.documents()) == ["api-keys", "kafka-runbook", "refunds"]
+        hits = store.search(SearchRequest("all", embedder.embed_query("billing policy").tolist(), top_k=100))
+    assert len(hits) == report.points_in_store
+    assert all(hit.payload["location"] and hit.content.strip() != hit.payload["title"] for hit in hits)
+    assert "billing" not in L0Index.load(l0_index_path(config)).documents
 
 
 def test_ingest_into_a_given_store_leaves_it_open(small_corpus: Path, tmp_path: Path, embedder) -> None:
