@@ -11,7 +11,7 @@ A bad file never aborts a read: it is skipped and reported with its reason.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -87,9 +87,11 @@ def read_corpus(
     max_record_bytes: int = 2_000_000,
     document_limits: DocumentLimits | None = None,
     converted_dir: Path | None = None,
+    on_file: Callable[[int, int], None] | None = None,
 ) -> Corpus:
     """Read a markdown folder (with any documents in it), a document file, a ``.jsonl`` file, or a
-    BEIR folder holding ``corpus.jsonl``.
+    BEIR folder holding ``corpus.jsonl``; ``on_file`` is told (files read, files in all) after
+    each file of a folder or a document (not after each JSONL record).
 
     Documents are converted within ``document_limits``; their converted text is kept in
     ``converted_dir`` (by file version) and read from there while the file is unchanged.
@@ -107,18 +109,35 @@ def read_corpus(
         if path.suffix == ".jsonl":
             return _dedupe(_read_jsonl(path, max_record_bytes))
         if path.suffix.lower() in DOCUMENT_SUFFIXES:
-            return _read_documents(Corpus(), path.parent, [path], True, document_limits, converted_dir)
+            tick = _counter(1, on_file)
+            return _read_documents(Corpus(), path.parent, [path], True, document_limits, converted_dir, tick)
         raise CorpusError(f"unsupported source file {path}: give a folder, a document or a .jsonl corpus")
     files = sorted(p for p in path.rglob("*") if p.suffix.lower() in _SUFFIXES and not p.is_dir())
     markdown = [p for p in files if p.suffix.lower() in MARKDOWN_SUFFIXES]
     documents = [p for p in files if p.suffix.lower() in DOCUMENT_SUFFIXES]
     if markdown or documents:
-        corpus = _read_markdown_folder(path, markdown, max_file_bytes, allow_outside_root)
-        corpus = _read_documents(corpus, path, documents, allow_outside_root, document_limits, converted_dir)
+        tick = _counter(len(files), on_file)
+        corpus = _read_markdown_folder(path, markdown, max_file_bytes, allow_outside_root, tick)
+        corpus = _read_documents(
+            corpus, path, documents, allow_outside_root, document_limits, converted_dir, tick
+        )
         return _dedupe(corpus)
     if (path / JSONL_CORPUS_NAME).is_file():
         return _dedupe(_read_jsonl(path / JSONL_CORPUS_NAME, max_record_bytes))
     raise CorpusError(f"no markdown files (*.md), documents or {JSONL_CORPUS_NAME} found in {path}")
+
+
+def _counter(total: int, on_file: Callable[[int, int], None] | None) -> Callable[[], None]:
+    """What each read file calls: ``on_file`` with the count so far (nothing without one)."""
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if on_file is not None:
+            on_file(done, total)
+
+    return tick
 
 
 def _dedupe(corpus: Corpus) -> Corpus:
@@ -135,7 +154,9 @@ def _dedupe(corpus: Corpus) -> Corpus:
     return corpus
 
 
-def _read_markdown_folder(root: Path, files: list[Path], max_file_bytes: int, allow_outside: bool) -> Corpus:
+def _read_markdown_folder(
+    root: Path, files: list[Path], max_file_bytes: int, allow_outside: bool, tick: Callable[[], None]
+) -> Corpus:
     corpus = Corpus()
     real_root = root.resolve()
     for file in files:
@@ -150,6 +171,7 @@ def _read_markdown_folder(root: Path, files: list[Path], max_file_bytes: int, al
             corpus.skipped.append(SkippedFile(relative, "unreadable: symbolic link loop", relative))
         except OSError as exc:  # dangling symlink, link loop (3.13), permission denied, vanished file
             corpus.skipped.append(SkippedFile(relative, f"unreadable: {exc.strerror or exc}", relative))
+        tick()
     return corpus
 
 
@@ -160,6 +182,7 @@ def _read_documents(
     allow_outside: bool,
     limits: DocumentLimits | None,
     converted_dir: Path | None,
+    tick: Callable[[], None],
 ) -> Corpus:
     """Documents converted one by one in a worker process (started only when a file is not
     already converted); a file that cannot be is skipped and named with the reason."""
@@ -181,6 +204,7 @@ def _read_documents(
                 corpus.skipped.append(SkippedFile(relative, "unreadable: symbolic link loop", relative))
             except OSError as exc:
                 corpus.skipped.append(SkippedFile(relative, f"unreadable: {exc.strerror or exc}", relative))
+            tick()
     return corpus
 
 

@@ -54,7 +54,7 @@ class ChunkPayload(TypedDict):
     doc_hash: str  # the document version's content hash
     doc_chunks: int  # how many chunks the document's version has: its completeness mark
     instruction_like_v1: bool  # set at ingest; a new pattern set gets a new field name
-    location: LocationPayload | None  # None: a stand-in chunk of a document without body text
+    location: LocationPayload | None  # None: written before locations, or an old page-without-text stand-in
     heading_path: list[str]  # the chunk's headings, outermost first
     ingested_at: str  # when the chunk's document version was written (ISO 8601, UTC)
     source_file: SourceFilePayload | None  # None: a JSONL record

@@ -124,12 +124,14 @@ RULES = [
     "indented code, table, list item with its marker, paragraph) is never cut inside: one longer "
     "than `chunk_chars` stays whole up to 8 x `chunk_chars` (8,000 characters; hugo-docs' largest "
     "fence is 4,899), beyond which it is cut at line ends. A long paragraph is cut between "
-    "sentences. A heading goes with the block after it, and a chunk under 150 characters (or half "
+    "sentences. A heading goes with the block after it (headings with no text under them go with "
+    "the next text), and a chunk under 150 characters (or half "
     "of `chunk_chars`) joins the next chunk when it opens its section, else the one before. Each "
     "chunk's payload and evidence block carry `location` (`startLine`, `endLine`, `startChar`, "
     "`endChar`, `headingPath`); a JSONL record's has no lines and counts characters in its text. "
     "Breadcrumbs drop `{#anchors}`, shortcodes and inline markup. The chunks left without a "
-    "location are stand-ins for pages with no body text (their description or title); the one "
+    "location were stand-ins for pages with no body text (their description or title); such a page "
+    "now has no chunks (ingest skips it and names it: a title alone is never evidence). The one "
     "unbalanced fence is a page whose own last fence is never closed.",
 ]
 

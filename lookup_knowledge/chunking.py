@@ -13,7 +13,11 @@ stripped inside it or re-joined. The rules, in order:
   whole (a list is cut between its items) up to :data:`HARD_CAP_FACTOR` x ``max_chars``;
   only a block beyond that is cut at line ends (its fence, if any, then opens in one chunk
   and closes in another). A long paragraph is cut between sentences, a sentence longer than
-  ``max_chars`` at ``max_chars``. A heading never ends a chunk: it goes with the block after it.
+  ``max_chars`` at ``max_chars``. A heading never ends a chunk: it goes with the block after it
+  (headings with no text under them go with the next text, of whatever section; after the last
+  text, with it);
+- a document with no text but headings (a redirect page: frontmatter and a title) has no chunks:
+  a title alone is never evidence (ingest skips the document and says why);
 - a section's pieces are as even in size as its blocks allow (docs/quality.md);
 - a chunk under :data:`MIN_CHUNK_CHARS` (or half of ``max_chars``, if less) joins its neighbour
   in the same document (the next one when it opens its section, as an introduction to what
@@ -35,7 +39,7 @@ from lookup_knowledge.adapters.corpus import SourceDocument
 BREADCRUMB_SEPARATOR = " > "
 MIN_CHUNK_CHARS = 150  # below this a chunk is mostly its breadcrumb: a link list, a table's intro
 HARD_CAP_FACTOR = 8  # a block up to 8 x max_chars (8,000 characters by default) stays one chunk
-CHUNKING = "verbatim-blocks+even-size+min150"  # in each document's hash: a change re-chunks
+CHUNKING = "verbatim-blocks+even-size+min150+text-only"  # in each document's hash: a change re-chunks
 EMBEDDED_TEXT = "breadcrumb-newline-content"  # the form of Chunk.embedding_text: change it with it
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
@@ -73,7 +77,7 @@ class Chunk:
     chunk_index: int
     breadcrumb: str
     content: str
-    location: SourceSpan | None = None  # None: a stand-in for a document without body text
+    location: SourceSpan
     heading_path: tuple[str, ...] = ()
 
     @property
@@ -108,8 +112,9 @@ class _Piece:
 
 
 def chunk_document(doc: SourceDocument, max_chars: int, open_headings: _Headings = ()) -> list[Chunk]:
-    """All chunks of a document, numbered 0..n-1; ``open_headings``: the (level, name) headings
-    its text continues under (a page of a converted document under the previous pages' headings)."""
+    """All chunks of a document, numbered 0..n-1 (none when it has no text but headings);
+    ``open_headings``: the (level, name) headings its text continues under (a page of a converted
+    document under the previous pages' headings)."""
     if doc.parts:
         return _part_chunks(doc, max_chars)
     if doc.format == "markdown":
@@ -118,8 +123,6 @@ def chunk_document(doc: SourceDocument, max_chars: int, open_headings: _Headings
         sections = [_Section((), _text_units(doc.body, 0, len(doc.body), max_chars), None)]
     pieces = [piece for section in sections for piece in _section_pieces(section, max_chars)]
     pieces = _joined_small(pieces, min(MIN_CHUNK_CHARS, max_chars // 2))
-    if not pieces:  # a document without body text is still known by its title and description
-        return [Chunk(0, doc.title, doc.description or doc.title or doc.doc_id)]
     return [
         Chunk(
             i, _breadcrumb(doc.title, p.heading_path), doc.body[p.span[0] : p.span[1]],
@@ -141,12 +144,11 @@ def _part_chunks(doc: SourceDocument, max_chars: int) -> list[Chunk]:
         )  # fmt: skip
         where = {"sheet": part.name} if part.kind == "sheet" else {part.kind: part.number}
         for chunk in chunk_document(piece, max_chars, headings):
-            if chunk.location is not None:
-                located = replace(chunk.location, **where)
-                chunks.append(replace(chunk, chunk_index=len(chunks), location=located))
+            located = replace(chunk.location, **where)
+            chunks.append(replace(chunk, chunk_index=len(chunks), location=located))
         if piece.format == "markdown":
             headings = _open_after(piece.body, headings)
-    return chunks or [Chunk(0, doc.title, doc.description or doc.title or doc.doc_id)]
+    return chunks
 
 
 def split_by_size(text: str, max_chars: int) -> list[str]:
@@ -194,17 +196,26 @@ def _open_after(body: str, path: _Headings) -> _Headings:
 
 
 def _markdown_sections(body: str, max_chars: int, open_headings: _Headings = ()) -> list[_Section]:
-    """The body's sections, each from its heading to the next heading, as size units."""
+    """The body's sections with text, each from its heading to the next heading, as size units;
+    headings with no text under them are glued to the next text (after the last, to the last)."""
     sections: list[_Section] = []
     path: list[tuple[int, str]] = list(open_headings)
     heading: _Block | None = None
     blocks: list[_Block] = []
+    bare: Span | None = None  # headings with no text under them yet: from the first to the last
 
     def close() -> None:
-        if heading or blocks:
-            units = _glued_heading(heading, [u for b in blocks for u in _block_units(body, b, max_chars)])
-            names = tuple(name for _, name in path)
-            sections.append(_Section(names, units, heading.span[1] if heading else None))
+        nonlocal bare
+        units = [u for b in blocks for u in _block_units(body, b, max_chars)]
+        if not units:
+            if heading is not None:
+                bare = (bare or heading.span)[0], heading.span[1]
+            return
+        start = bare[0] if bare else heading.span[0] if heading else units[0][0]
+        units[0] = (start, units[0][1])
+        names = tuple(name for _, name in path)
+        sections.append(_Section(names, units, heading.span[1] if heading else None))
+        bare = None
 
     for block in _blocks(body):
         if block.kind != "heading":
@@ -214,16 +225,10 @@ def _markdown_sections(body: str, max_chars: int, open_headings: _Headings = ())
         path = [(level, name) for level, name in path if level < block.level] + [(block.level, block.name)]
         heading, blocks = block, []
     close()
+    if bare and sections:  # trailing headings with nothing under them: the last text keeps them
+        last = sections[-1]
+        last.units[-1] = (last.units[-1][0], bare[1])
     return sections
-
-
-def _glued_heading(heading: _Block | None, units: list[Span]) -> list[Span]:
-    """A heading joined to the unit after it, so that no chunk ends with a bare heading."""
-    if heading is None:
-        return units
-    if not units:
-        return [heading.span]
-    return [(heading.span[0], units[0][1]), *units[1:]]
 
 
 def _blocks(body: str) -> list[_Block]:

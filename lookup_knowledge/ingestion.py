@@ -5,7 +5,9 @@ content hash, and every chunk carries that hash and its version's chunk count. A
 unchanged only when the store holds exactly its current version, complete; a changed one is
 written beside its old version, which is then deleted, so a kill at any point leaves the old
 version intact and the next run completes the new one. ``prune`` removes documents whose
-source is gone, never ones skipped (unreadable) in this run.
+source is gone, never ones skipped (unreadable) in this run. A document with no text but
+headings (a redirect page) has no chunks: it is skipped and named, and a version the store
+holds of it is removed.
 
 >>> report = ingest("knowledge/", load_config())  # doctest: +SKIP
 >>> report.chunks_written  # doctest: +SKIP
@@ -25,7 +27,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from lookup_knowledge.adapters.corpus import Corpus, SkippedFile, SourceDocument, read_corpus
 from lookup_knowledge.adapters.documents import DocumentLimits, forget_converted
@@ -38,9 +39,10 @@ from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_
 from lookup_knowledge.chunking import CHUNKING, EMBEDDED_TEXT, Chunk, SourceSpan, chunk_document
 from lookup_knowledge.config import Config
 from lookup_knowledge.instruction_flag import block_markers
+from lookup_knowledge.progress import QUIET, Phase, ProgressReport, duration, progress_to
 from lookup_knowledge.stores import build_embedder, converted_dir, l0_index_path, open_store
 
-PROGRESS_LINE_S = 15  # seconds between progress lines when the output is not a terminal
+NO_TEXT = "no body text, only a title or headings: nothing to cite"
 EMBED_GROUP = 512  # chunks embedded and written per step (bounded memory, steady progress)
 
 
@@ -53,7 +55,7 @@ class IngestReport:
     new: int = 0
     updated: int = 0
     unchanged: int = 0
-    pruned: int = 0
+    pruned: int = 0  # stored documents removed: their source gone (prune) or left with no text
     chunks_written: int = 0
     chunks_embedded: int = 0  # of those written: the rest reused their old version's vector (same text)
     points_in_store: int = 0
@@ -77,33 +79,61 @@ def ingest(
     config: Config,
     *,
     prune: bool = False,
-    progress: bool = False,
+    progress: bool | ProgressReport = False,
     embedder: Embedder | None = None,
     store: KnowledgeStore | None = None,
 ) -> IngestReport:
-    """Ingest a markdown folder or BEIR JSONL corpus into the configured store and L0 index."""
+    """Ingest a markdown folder or BEIR JSONL corpus into the configured store and L0 index.
+
+    ``progress``: where each phase's progress and end line go (``True``: stderr, as a live bar
+    on a terminal, else as lines); by default nowhere."""
     started = time.perf_counter()
-    corpus = read_corpus(
-        source,
-        config.ingest.max_file_bytes,
-        allow_outside_root=config.ingest.allow_outside_root,
-        max_record_bytes=config.ingest.max_record_bytes,
-        document_limits=DocumentLimits(**config.ingest.documents.model_dump()),
-        converted_dir=converted_dir(config),
-    )
+    phases = progress if isinstance(progress, ProgressReport) else _stderr_or_quiet(progress)
+    with phases.phase("reading", unit="files") as phase:
+        corpus = read_corpus(
+            source,
+            config.ingest.max_file_bytes,
+            allow_outside_root=config.ingest.allow_outside_root,
+            max_record_bytes=config.ingest.max_record_bytes,
+            document_limits=DocumentLimits(**config.ingest.documents.model_dump()),
+            converted_dir=converted_dir(config),
+            on_file=phase.update,
+        )
+        phase.detail = f"{len(corpus.documents):,} documents, {len(corpus.skipped):,} skipped"
     embedder = embedder or build_embedder(config)
     owns_store = store is None
-    store = store or open_store(config, embedder.dimension)
+    if store is None:
+        with phases.phase("opening the store and the model"):
+            store = open_store(config, embedder.dimension)
     try:
-        report = _sync(corpus, store, embedder, config, prune, progress)
+        report = _sync(corpus, store, embedder, config, prune, phases)
         report.points_in_store = store.count()
     finally:
         if owns_store:
             store.close()
     report.source = str(source)
-    report.skipped = corpus.skipped
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _stderr_or_quiet(progress: bool) -> ProgressReport:
+    return progress_to(Console(stderr=True)) if progress else QUIET
+
+
+@dataclass(frozen=True, slots=True)
+class _Changes:
+    """What an ingest writes: the documents with text, those of them changed (with their chunks),
+    and the changed ones without text (their ids and sources), which it skips."""
+
+    documents: list[SourceDocument]
+    changed: list[SourceDocument]
+    chunks: dict[str, list[Chunk]]
+    hashes: dict[str, str]
+    textless: dict[str, str]
+
+    @property
+    def skipped(self) -> list[SkippedFile]:
+        return [SkippedFile(source, NO_TEXT, source) for source in self.textless.values()]
 
 
 def _sync(
@@ -112,22 +142,25 @@ def _sync(
     embedder: Embedder,
     config: Config,
     prune: bool,
-    progress: bool,
+    phases: ProgressReport,
 ) -> IngestReport:
-    documents = corpus.documents
-    stored = store.documents()
-    hashes = {doc.doc_id: document_hash(doc, config, embedder.model_name) for doc in documents}
+    with phases.phase("chunking", unit="documents") as phase:
+        stored = store.documents()
+        changes = _changes(corpus.documents, stored, embedder, config, phase)
+    documents, changed, skipped = changes.documents, changes.changed, [*corpus.skipped, *changes.skipped]
     access = {doc.doc_id: document_access(doc, config) for doc in documents}
-    changed = [doc for doc in documents if not _holds(stored.get(doc.doc_id), hashes[doc.doc_id], doc)]
-    chunks = {doc.doc_id: chunk_document(doc, config.ingest.chunk_chars) for doc in changed}
-    embedded = _write(changed, chunks, hashes, access, store, embedder, progress, set(stored))
-    gone = _prunable(stored, hashes, corpus.skipped) if prune else []
-    _update_l0(config, documents, access, gone)  # first: the L0 index never lists a document the store lost
-    regranted = _set_access(documents, changed, stored, access, store)
-    store.delete_documents(gone)
-    _forget_converted(config, stored, documents, {doc.doc_id for doc in changed} | set(gone))
-    if changed or gone:
-        store.optimize()  # HNSW index and merged segments: search goes from exact scans to ~1 ms
+    total = sum(len(changes.chunks[doc.doc_id]) for doc in changed)
+    with phases.phase("embedding and writing", total, unit="chunks") as phase:
+        embedded, writing = _write(
+            changed, changes.chunks, changes.hashes, access, store, embedder, phase,
+            config.embedder.batch_size, set(stored),
+        )  # fmt: skip
+        reused = f"{total - embedded:,} vectors reused, " if embedded < total else ""
+        phase.detail = f"{reused}writing {duration(writing)} of it"
+    gone = _prunable(stored, changes.hashes, skipped) if prune else []
+    gone = sorted({*gone, *(changes.textless.keys() & stored.keys())})  # a page now without text too
+    with phases.phase("indexing"):
+        regranted = _index(config, store, stored, documents, changed, access, gone)
     updated = sum(doc.doc_id in stored for doc in changed) + regranted
     return IngestReport(
         source="",
@@ -136,8 +169,57 @@ def _sync(
         updated=updated,
         unchanged=len(documents) - len(changed) - regranted,
         pruned=len(gone),
-        chunks_written=sum(map(len, chunks.values())),
+        chunks_written=total,
         chunks_embedded=embedded,
+        skipped=skipped,
+    )
+
+
+def _index(
+    config: Config,
+    store: KnowledgeStore,
+    stored: dict[str, StoredDocument],
+    documents: list[SourceDocument],
+    changed: list[SourceDocument],
+    access: dict[str, tuple[str, ...]],
+    gone: list[str],
+) -> int:
+    """After the writes: the L0 index, access updates, the ``gone`` documents deleted and the
+    store optimized; how many unchanged documents had their access updated."""
+    _update_l0(config, documents, access, gone)  # first: the L0 index never lists a document the store lost
+    regranted = _set_access(documents, changed, stored, access, store)
+    store.delete_documents(gone)
+    _forget_converted(config, stored, documents, {doc.doc_id for doc in changed} | set(gone))
+    if changed or gone:
+        store.optimize()  # HNSW index and merged segments: search goes from exact scans to ~1 ms
+    return regranted
+
+
+def _changes(
+    documents: list[SourceDocument],
+    stored: dict[str, StoredDocument],
+    embedder: Embedder,
+    config: Config,
+    phase: Phase,
+) -> _Changes:
+    """The documents whose current version the store does not hold, chunked (``phase`` counts
+    them); those left without a chunk have no text."""
+    hashes = {doc.doc_id: document_hash(doc, config, embedder.model_name) for doc in documents}
+    changed = [doc for doc in documents if not _holds(stored.get(doc.doc_id), hashes[doc.doc_id], doc)]
+    phase.update(0, len(changed))
+    chunks: dict[str, list[Chunk]] = {}
+    for doc in changed:
+        chunks[doc.doc_id] = chunk_document(doc, config.ingest.chunk_chars)
+        phase.advance()
+    textless = {doc.doc_id: doc.source for doc in changed if not chunks[doc.doc_id]}
+    phase.detail = f"{sum(map(len, chunks.values())):,} chunks"
+    phase.detail += f", {len(textless):,} without text (skipped)" if textless else ""
+    return _Changes(
+        [doc for doc in documents if doc.doc_id not in textless],
+        [doc for doc in changed if doc.doc_id not in textless],
+        chunks,
+        hashes,
+        textless,
     )
 
 
@@ -208,11 +290,13 @@ def _write(
     access: dict[str, tuple[str, ...]],
     store: KnowledgeStore,
     embedder: Embedder,
-    progress: bool,
+    phase: Phase,
+    step: int,
     stored: AbstractSet[str] = frozenset(),
-) -> int:
+) -> tuple[int, float]:
     """Embed and write whole documents in groups of about :data:`EMBED_GROUP` chunks; how many
-    chunks were embedded.
+    chunks were embedded, and the seconds spent writing. ``phase`` counts the chunks as their
+    vectors come: on a CPU ``step`` at a time (:func:`_embedded`), off it a group at a time.
 
     A group never splits a document, and documents go in order of their mean chunk length
     (the model pads each batch to its longest), so each write replaces whole documents. A new
@@ -228,10 +312,9 @@ def _write(
     """
     ordered = sorted(documents, key=lambda doc: _mean_length(chunks[doc.doc_id]))
     ingested_at = datetime.now(UTC).isoformat(timespec="seconds")
-    embedded, source = 0, vector_source(embedder)
+    embedded, writing, source = 0, 0.0, vector_source(embedder)
     ahead = 1 if getattr(embedder, "encodes_off_cpu", False) else 0  # an embedder need not subclass Embedder
-    with _progress_bar(progress) as bar, _embedding_worker(ahead) as worker:
-        task = bar.add_task("embedding chunks", total=sum(map(len, chunks.values())))
+    with _embedding_worker(ahead) as worker:
         waiting: list[_Embedding] = []
         for group in _groups(ordered, chunks, EMBED_GROUP):
             pending = [
@@ -248,15 +331,14 @@ def _write(
                 for chunk in chunks[doc.doc_id]
             ]
             replaced = [doc.doc_id for doc in group if doc.doc_id in stored]
-            waiting.append(_embedding(pending, embedder, store, replaced, source, worker))
+            waiting.append(_embedding(pending, embedder, store, replaced, source, worker, phase, step))
             while len(waiting) > ahead:
-                done = waiting.pop(0)
-                embedded += _write_group(done, store)
-                bar.advance(task, len(done.pending))
+                fresh, seconds = _write_group(waiting.pop(0), store)
+                embedded, writing = embedded + fresh, writing + seconds
         for done in waiting:  # the last group, embedded ahead
-            embedded += _write_group(done, store)
-            bar.advance(task, len(done.pending))
-    return embedded
+            fresh, seconds = _write_group(done, store)
+            embedded, writing = embedded + fresh, writing + seconds
+    return embedded, writing
 
 
 @contextmanager
@@ -300,19 +382,36 @@ def _embedding(
     replaced: list[str],
     source: str,
     worker: ThreadPoolExecutor | None,
+    phase: Phase,
+    step: int,
 ) -> _Embedding:
     """A group's vectors: its old version's where the store holds the same embedded text made
     the same way (``source``; ``replaced``: the group's documents it holds, read here), the rest
-    embedded as one batch on ``worker`` (none: here, now)."""
+    embedded on ``worker`` as one batch (none: here, now, ``step`` at a time); ``phase`` counts
+    each vector as it comes."""
     old = store.stored_vectors(replaced, source) if replaced else {}
     fresh = [p.chunk.embedding_text for p in pending if _text_key(p) not in old]
+    phase.advance(len(pending) - len(fresh))
     if not fresh:
         return _Embedding(pending, old, None)
-    if worker is not None:
-        return _Embedding(pending, old, worker.submit(embedder.embed_documents, fresh))
+    if worker is not None:  # a GPU or a cluster batches the group itself
+        return _Embedding(pending, old, worker.submit(_embedded, embedder, fresh, len(fresh), phase))
     embedded: Future[Sequence[Sequence[float]]] = Future()
-    embedded.set_result(embedder.embed_documents(fresh))
+    embedded.set_result(_embedded(embedder, fresh, step, phase))
     return _Embedding(pending, old, embedded)
+
+
+def _embedded(embedder: Embedder, texts: list[str], step: int, phase: Phase) -> list[Sequence[float]]:
+    """``texts`` embedded ``step`` at a time, longest first as the encoders batch them (a step of
+    their batch size embeds the very batches one call would), each step counted by ``phase``."""
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    vectors: list[Sequence[float]] = [()] * len(texts)
+    for start in range(0, len(texts), step):
+        rows = order[start : start + step]
+        for row, vector in zip(rows, embedder.embed_documents([texts[i] for i in rows]), strict=True):
+            vectors[row] = vector
+        phase.advance(len(rows))
+    return vectors
 
 
 def _text_key(pending: _PendingChunk) -> tuple[str, str]:
@@ -320,15 +419,17 @@ def _text_key(pending: _PendingChunk) -> tuple[str, str]:
     return pending.chunk.breadcrumb, pending.chunk.content
 
 
-def _write_group(embedding: _Embedding, store: KnowledgeStore) -> int:
-    """Write a group's chunks (with their BM25 vectors and payloads); how many were embedded."""
+def _write_group(embedding: _Embedding, store: KnowledgeStore) -> tuple[int, float]:
+    """Write a group's chunks (with their BM25 vectors and payloads) once its vectors are there;
+    how many were embedded, and the seconds the writing took."""
     pending = embedding.pending
     vectors = embedding.vectors()
+    began = time.perf_counter()
     sparse = [bm25_encoder().embed_document(_sparse_text(p)) for p in pending]
     store.write_documents(
         [StoredChunk(v, _payload(p), s) for p, v, s in zip(pending, vectors, sparse, strict=True)]
     )
-    return embedding.fresh_count
+    return embedding.fresh_count, time.perf_counter() - began
 
 
 def vector_source(embedder: Embedder) -> str:
@@ -360,58 +461,6 @@ def _groups(
         yield group
 
 
-def _progress_bar(enabled: bool) -> Progress | _ProgressLines:
-    """A live bar on a terminal; plain lines now and then in a log or pipe; nothing if disabled."""
-    console = Console(stderr=True)
-    if enabled and not console.is_terminal:
-        return _ProgressLines(console)
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not enabled,
-        transient=True,
-    )
-
-
-class _ProgressLines:
-    """Progress for output that is not a terminal (a log file, CI): one line at most every
-    :data:`PROGRESS_LINE_S` seconds and one at the end, the bar's interface otherwise."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.description, self.total, self.done = "", 0, 0
-        self.started = self.printed = time.monotonic()
-
-    def __enter__(self) -> _ProgressLines:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self.total:
-            self._line()
-
-    def add_task(self, description: str, total: int) -> int:
-        self.description, self.total = description, total
-        return 0
-
-    def advance(self, _task: int, advance: int) -> None:
-        self.done += advance
-        if time.monotonic() - self.printed >= PROGRESS_LINE_S and self.done < self.total:
-            self._line()
-
-    def _line(self) -> None:
-        self.printed = time.monotonic()
-        share = self.done / self.total
-        elapsed = self.printed - self.started
-        self.console.print(
-            f"{self.description}: {self.done}/{self.total} ({share:.0%}), {elapsed:.0f} s",
-            highlight=False,
-            markup=False,
-        )
-
-
 def _payload(pending: _PendingChunk) -> ChunkPayload:
     doc, chunk = pending.doc, pending.chunk
     return ChunkPayload(
@@ -439,9 +488,7 @@ def _payload(pending: _PendingChunk) -> ChunkPayload:
     )
 
 
-def _location_payload(location: SourceSpan | None) -> LocationPayload | None:
-    if location is None:
-        return None
+def _location_payload(location: SourceSpan) -> LocationPayload:
     return {
         "start_line": location.start_line, "end_line": location.end_line,
         "start_char": location.start_char, "end_char": location.end_char,

@@ -9,6 +9,7 @@ Reusable by every test module (including the dataflow tests):
 * ``small_corpus`` (function): a tiny 3-document markdown folder in ``tmp_path``.
 * ``tmp_config`` (function): the default ``Config`` with ``store.path = tmp_path``;
   ``make_config(tmp_path, **overrides)`` builds one with extra dotted-key overrides.
+* ``without_progress(stderr)``: what ``ingest`` printed on stderr besides its progress lines.
 """
 
 from __future__ import annotations
@@ -112,6 +113,17 @@ def make_config(store_path: Path, **overrides: Any) -> Config:
     values: dict[str, Any] = {"store.path": str(store_path)}
     values.update({key.replace("__", "."): value for key, value in overrides.items()})
     return load_config(overrides=values)
+
+
+INGEST_PHASES = (
+    "reading", "opening the store and the model", "chunking", "embedding and writing", "indexing", "measuring"
+)  # fmt: skip  # what `ingest` reports, in order (tests/test_ingest.py checks the names)
+
+
+def without_progress(stderr: str) -> str:
+    """``ingest``'s stderr without its progress lines (each begins with its phase's name)."""
+    prefixes = tuple(f"{phase}: " for phase in INGEST_PHASES)
+    return "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith(prefixes))
 
 
 @pytest.fixture

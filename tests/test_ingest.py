@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import importlib
+import io
 import json
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,10 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SMALL_CORPUS, make_config, write_markdown
+from conftest import INGEST_PHASES, SMALL_CORPUS, make_config, without_progress, write_markdown
+from hashing_embedder import HashingEmbedder
+from rich.console import Console
 from typer.testing import CliRunner
 
-from lookup_knowledge import sample_knowledge_base
+from lookup_knowledge import progress, sample_knowledge_base
 from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.payload import DOC_ID_FIELD, PAYLOAD_FIELDS, ChunkPayload, payload_field
@@ -26,7 +28,7 @@ from lookup_knowledge.adapters.search import SearchHit, SearchRequest
 from lookup_knowledge.chunking import chunk_document
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
-from lookup_knowledge.ingestion import IngestReport, ingest, vector_source
+from lookup_knowledge.ingestion import NO_TEXT, IngestReport, ingest, vector_source
 from lookup_knowledge.stores import calibration_path, l0_index_path, open_store
 
 SAMPLE_DOMAINS = {"customer-support", "data-platform", "infrastructure", "payments", "security"}
@@ -332,6 +334,28 @@ def test_bad_file_is_skipped_and_named_while_the_rest_ingest(
         assert sorted(store.documents()) == ["api-keys", "kafka-runbook", "refunds"]
 
 
+def test_a_page_with_no_body_text_is_skipped_with_its_reason_and_its_old_version_removed(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """A redirect page (frontmatter and a title) is no evidence: no title-only chunk stands for it."""
+    billing = {"id": "billing", "title": "Billing policy", "description": "How invoices are billed."}
+    write_markdown(small_corpus, "billing.md", billing, "Invoices go out monthly. " * 12)
+    config, embedder = make_config(tmp_path / "store"), HashingEmbedder()
+    ingest(small_corpus, config, embedder=embedder)
+    write_markdown(small_corpus, "billing.md", {**billing, "aliases": ["/billing/"]}, "")  # now a redirect
+    write_markdown(small_corpus, "moved.md", {"title": "Moved"}, "# Moved\n\n## See the new page\n")
+    report = ingest(small_corpus, config, embedder=embedder)
+    skipped = sorted((s.path, s.reason) for s in report.skipped)
+    assert skipped == [("billing.md", NO_TEXT), ("moved.md", NO_TEXT)]
+    assert (report.documents, report.unchanged, report.pruned) == (3, 3, 1)  # billing's old version went
+    with opened(config) as store:
+        assert sorted(store.documents()) == ["api-keys", "kafka-runbook", "refunds"]
+        hits = store.search(SearchRequest("all", embedder.embed_query("billing policy").tolist(), top_k=100))
+    assert len(hits) == report.points_in_store
+    assert all(hit.payload["location"] and hit.content.strip() != hit.payload["title"] for hit in hits)
+    assert "billing" not in L0Index.load(l0_index_path(config)).documents
+
+
 def test_ingest_into_a_given_store_leaves_it_open(small_corpus: Path, tmp_path: Path, embedder) -> None:
     config = make_config(tmp_path / "store")
     store = QdrantEdgeStore(tmp_path / "own-store", embedder.dimension)
@@ -385,18 +409,43 @@ def test_cli_ingest_leaves_the_probe_null_to_a_process_that_holds_the_store_agai
     assert not calibration_path(config).exists()
 
 
-def test_cli_ingest_into_a_log_prints_progress_lines(
+def test_cli_ingest_into_a_log_prints_plain_progress_lines_and_each_phases_end(
     runner: CliRunner, small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Output that is not a terminal gets plain progress lines (CliRunner's streams are not)."""
-    module = sys.modules["lookup_knowledge.ingestion"]  # the package's `ingest` is the function
-    monkeypatch.setattr(module, "EMBED_GROUP", 1)  # one write per document
-    monkeypatch.setattr(module, "PROGRESS_LINE_S", 0)  # a line after each
+    """Output that is not a terminal (CliRunner's streams are not) gets plain lines: each phase's
+    end, and meanwhile its status every LINE_INTERVAL_S (made small here, so some may come)."""
+    monkeypatch.setattr(progress, "LINE_INTERVAL_S", 0.05)
     result = runner.invoke(app, ["ingest", str(small_corpus), "--set", f"store.path={tmp_path / 's'}"])
     assert result.exit_code == 0, result.output
-    lines = [line for line in result.stderr.splitlines() if line.startswith("embedding chunks: ")]
-    assert len(lines) >= 3 and lines[-1].startswith("embedding chunks: 4/4 (100%)")  # refunds: two
+    ends = [line.split(":")[0] for line in result.stderr.splitlines() if ": done" in line]
+    assert ends == list(INGEST_PHASES)
+    assert "embedding and writing: done, 4 chunks in " in result.stderr  # refunds: two
+    assert without_progress(result.stderr).splitlines() == [
+        "measuring how the store answers questions it cannot answer (kept beside it) ..."
+    ]
     assert "\x1b[" not in result.stderr  # no terminal control codes in a log
+
+
+def test_ingest_tells_its_phases_only_when_asked(
+    small_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_markdown(small_corpus, "moved.md", {"title": "Moved"}, "")
+    ingest(small_corpus, make_config(tmp_path / "quiet"), embedder=HashingEmbedder())
+    assert capsys.readouterr() == ("", "")  # the library's default: silent
+    out = io.StringIO()
+    told = progress.LineReport(Console(file=out), interval=3600)
+    ingest(small_corpus, make_config(tmp_path / "told"), embedder=HashingEmbedder(), progress=told)
+    ends = [  # each line: its beginning and its ending (between them, durations)
+        ("reading: done, 4 files in ", "; 4 documents, 0 skipped"),
+        ("opening the store and the model: done in ", " s"),
+        ("chunking: done, 4 documents in ", "; 4 chunks, 1 without text (skipped)"),
+        ("embedding and writing: done, 4 chunks in ", " of it"),
+        ("indexing: done in ", " s"),
+    ]
+    lines = out.getvalue().splitlines()
+    assert len(lines) == len(ends), lines
+    for line, (start, end) in zip(lines, ends, strict=True):
+        assert line.startswith(start) and line.endswith(end), line
 
 
 def test_cli_missing_folder_exits_2_with_one_line_error(runner: CliRunner, tmp_path: Path) -> None:

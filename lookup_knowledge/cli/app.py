@@ -38,6 +38,7 @@ from lookup_knowledge.config import Config, ConfigError, load_config
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.extras import MissingExtraError, require
 from lookup_knowledge.ingestion import IngestReport, ingest
+from lookup_knowledge.progress import QUIET, ProgressReport, progress_to
 from lookup_knowledge.stores import build_cluster_embedder, build_embedder, l0_index_path
 
 app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
@@ -120,29 +121,34 @@ def ingest_command(
             fail("--dask and --watch do not go together: a watch embeds each change in this process")
         _watch(source, settings)
         return
+    progress = progress_to(errors)  # each phase's end; meanwhile a bar, or a line every few s in a log
     try:
-        with _ingest_embedder(settings, dask) as embedder:  # progress: a bar, or lines in a log
-            report = ingest(source, settings, prune=prune, progress=True, embedder=embedder)
+        with _ingest_embedder(settings, dask) as embedder:
+            report = ingest(source, settings, prune=prune, progress=progress, embedder=embedder)
     except (CorpusError, StoreError, ClusterUnavailableError) as exc:
         fail(str(exc))
     except EmbedderError as exc:  # what was written stays; the next run completes it
         fail(f"{exc}; documents written before the failure are kept, run ingest again", code=1)
     _print_ingest_report(report)
-    _calibrate(settings, None if dask else embedder)
+    _calibrate(settings, None if dask else embedder, progress)
 
 
-def _calibrate(settings: Config, embedder: Embedder | None) -> None:
+def _calibrate(settings: Config, embedder: Embedder | None, progress: ProgressReport = QUIET) -> None:
     """The new store version's probe null, measured now and kept beside the store: the first
     lookup reads it instead of measuring (seconds on a large store). A store another process
     holds again (a server reopened it) is left to it: it is never asked to hand over a second
     time, and measures the null itself. ``embedder``: the ingest's, its model loaded already
-    (``None``: a local one is built). A failure only warns."""
+    (``None``: a local one is built); ``progress``: where the "measuring" phase goes. A failure
+    only warns."""
     if not settings.l1.enabled:
         return
     note("measuring how the store answers questions it cannot answer (kept beside it) ...")
     unasked = settings.model_copy(update={"store": settings.store.model_copy(update={"lock_wait_s": 0.0})})
     try:
-        with KnowledgeTool(unasked, embedder=embedder, require_store=True) as tool:
+        with (
+            progress.phase("measuring"),
+            KnowledgeTool(unasked, embedder=embedder, require_store=True) as tool,
+        ):
             tool.calibrate()
     except StoreLockedError:
         note("not measured: another process holds the store again; its first lookup measures it")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SMALL_CORPUS, make_config, write_corpus, write_markdown
+from conftest import SMALL_CORPUS, make_config, without_progress, write_corpus, write_markdown
 from typer.testing import CliRunner
 
 from lookup_knowledge.agent.lookup import AgentLookup
@@ -113,7 +113,7 @@ def test_an_unreadable_l0_index_is_one_line_and_retrieval_failed(small_store: Co
     assert "L0 index" in result["message"] and "ingest the knowledge base again" in result["message"]
     code, _, stderr = run("ingest", str(small_store.store.path.parent / "kb"), "--set", store)
     assert code == 2
-    assert stderr.count("\n") == 1 and "L0 index" in stderr
+    assert without_progress(stderr).count("\n") == 1 and "L0 index" in stderr
 
 
 def test_removed_segments_are_corruption_not_an_empty_knowledge_base(small_store: Config) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_config, write_markdown
+from conftest import make_config, without_progress, write_markdown
 from test_ingest_crash import snapshot
 from typer.testing import CliRunner
 
@@ -35,7 +35,7 @@ def ingest_cli(kb: Path, store: Path, *extra: str) -> tuple[int, str]:
     outcome = CliRunner().invoke(cli.app, ["ingest", str(kb), "--set", f"store.path={store}", *TORCH, *extra])
     assert outcome.exception is None or isinstance(outcome.exception, SystemExit), outcome.exception
     assert "Traceback" not in outcome.stderr
-    errors = [line for line in outcome.stderr.splitlines() if not line.startswith("embedding chunks:")]
+    errors = without_progress(outcome.stderr).splitlines()
     assert len(errors) <= 1, outcome.stderr
     return outcome.exit_code, "".join(errors)
 
