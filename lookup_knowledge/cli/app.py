@@ -21,7 +21,7 @@ from lookup_knowledge.cli.eval import register as register_eval_commands
 from lookup_knowledge.cli.help import Command, Group
 from lookup_knowledge.cli.output import console, errors, facts_table, fail, note, print_json
 from lookup_knowledge.cli.shell import register as register_shell_command
-from lookup_knowledge.cli.wall import seconds_since_start
+from lookup_knowledge.cli.wall import end_without_final_collection, seconds_since_start
 
 if TYPE_CHECKING:
     from lookup_knowledge.adapters.embedder import Embedder
@@ -67,6 +67,7 @@ def _principal_overrides(principals: list[str] | None) -> list[str]:
 @app.callback()
 def _root() -> None:
     """Evidence-first knowledge retrieval for LLM agents."""
+    end_without_final_collection()
     for stream in (sys.stdout, sys.stderr):  # text the locale cannot encode is escaped, not fatal
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
@@ -291,14 +292,14 @@ def query_command(
         result = agent.call(text, session_id=session)
         took_ms = (time.perf_counter() - started) * 1000
         _print_lookup(result, as_json, indent)
-        if not as_json:
-            errors.print(
-                f"{seconds_since_start():.1f} s: start-up {start_up_s:.1f} s, model load "
-                f"{cold_ms / 1000:.1f} s, lookup {took_ms:.0f} ms; a `shell` starts once",
-                highlight=False, markup=False,
-            )  # fmt: skip
         if explain is not None:
             _explain(agent, result, text, explain)
+    if not as_json:  # the last line: the process's wall time up to here, the store closed
+        errors.print(
+            f"{seconds_since_start():.1f} s: start-up {start_up_s:.1f} s, model load "
+            f"{cold_ms / 1000:.1f} s, lookup {took_ms:.0f} ms; a `shell` starts once",
+            highlight=False, markup=False,
+        )  # fmt: skip
     if result.evidence_status == "retrieval_failed":
         raise typer.Exit(1)
 
