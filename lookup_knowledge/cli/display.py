@@ -83,7 +83,7 @@ def print_result(console: Console, result: LookupResult) -> None:
 
 def verdict_line(result: LookupResult) -> str:
     """The whole verdict in one short line of markup: evidence status, relevance level and the
-    completeness hint's kind (``evidence · relevance high · complete``)."""
+    completeness hint's kind (``evidence · relevance high · completeness complete``)."""
     style = "green" if result.found else "yellow"
     kind = result.completeness_hint.partition(":")[0]
     return (
