@@ -70,10 +70,13 @@ def footer(stderr: str) -> dict[str, float]:
     raise SystemExit(f"no footer in:\n{stderr}")
 
 
-def import_profile(python: str, args: list[str]) -> tuple[float, Counter[str]]:
-    """``python -X importtime`` over ``args``: the seconds of every import's self time summed, and
-    by top-level package."""
-    done = subprocess.run([python, "-X", "importtime", *args], capture_output=True, text=True, env=ENV)
+def import_profile(checkout: Path, args: list[str]) -> tuple[float, Counter[str]]:
+    """``python -X importtime`` over ``args`` in ``checkout`` (its own interpreter, and its own
+    package: ``-c`` puts the working folder first on the path): the seconds of every import's
+    self time summed, and by top-level package."""
+    python = str(checkout / ".venv/bin/python")
+    command = [python, "-X", "importtime", *args]
+    done = subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=checkout)
     by_package: Counter[str] = Counter()
     for line in done.stderr.splitlines():
         if line.startswith("import time:") and "self [us]" not in line:
@@ -93,7 +96,6 @@ def main() -> int:
     checkouts = {"this checkout": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     store = ["--set", f"store.path={args.store.resolve()}"]
     cli = {name: str(path / ".venv/bin/lookup-knowledge") for name, path in checkouts.items()}
-    python = {name: str(path / ".venv/bin/python") for name, path in checkouts.items()}
     console.print(f"ingesting the sample knowledge base into {args.store} (skips unchanged documents) ...")
     wall([cli["this checkout"], "ingest", str(ROOT / "lookup_knowledge/sample-kb"), *store])
 
@@ -107,9 +109,9 @@ def main() -> int:
             run["query_s"].append(seconds)
             run["footer"].append(footer(done.stderr))
             run["import_cli_s"].append(
-                import_profile(python[name], ["-c", "import lookup_knowledge.cli.app"])[0]
+                import_profile(checkouts[name], ["-c", "import lookup_knowledge.cli.app"])[0]
             )
-            total, by_package = import_profile(python[name], ["-c", RUN_CLI, "query", QUERY, *store])
+            total, by_package = import_profile(checkouts[name], ["-c", RUN_CLI, "query", QUERY, *store])
             run["import_query_s"].append(total)
             run["import_query_by_package_s"].append(by_package)
         console.print(f"round {round_ + 1}/{args.rounds} done")
