@@ -37,8 +37,9 @@ def hamilton_default_environment() -> dict[str, str]:
 def test_the_command_line_loads_no_hamilton_extension_or_server_client_it_does_not_use() -> None:
     """Hamilton's extension autoloader (scikit-learn, Dask, matplotlib, ...) and qdrant-client
     (for a store that is not embedded) cost every command seconds of start; the CLI loads neither."""
+    loads = "import lookup_knowledge.cli.app, lookup_knowledge.agent.lookup"  # the CLI, then a query's needs
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import lookup_knowledge.cli.app"],
+        [sys.executable, "-X", "importtime", "-c", loads],
         capture_output=True,
         text=True,
         check=True,

@@ -1,54 +1,48 @@
-"""The ``lookup-knowledge`` command line."""
+"""The ``lookup-knowledge`` command line.
+
+Each command imports what it needs when it runs: loading this module (``--help``, a mistyped
+command) imports Typer and Rich only, and ``query`` never loads ingest, eval or render code.
+"""
 
 from __future__ import annotations
 
 import io
-import json
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
-from rich.json import JSON
 from rich.markup import escape
-from rich.table import Table
 
-from lookup_knowledge.adapters.corpus import CorpusError
-from lookup_knowledge.adapters.dask_cluster import ClusterUnavailableError
-from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
-from lookup_knowledge.adapters.errors import StoreError, StoreLockedError
-from lookup_knowledge.adapters.l0_index import index_saved
-from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
-from lookup_knowledge.agent.invocation_row import invocation_row
-from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
-from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, new_session_id
-from lookup_knowledge.agent.request import failure_result, query_problem, session_key
-from lookup_knowledge.cli.display import print_result
 from lookup_knowledge.cli.eval import register as register_eval_commands
-from lookup_knowledge.cli.info import describe
+from lookup_knowledge.cli.help import Command, Group
 from lookup_knowledge.cli.output import console, errors, facts_table, fail, note, print_json
-from lookup_knowledge.cli.render import GRAPHVIZ_HINT, render_execution, render_variants
 from lookup_knowledge.cli.shell import register as register_shell_command
-from lookup_knowledge.config import Config, ConfigError, load_config
-from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.extras import MissingExtraError, require
-from lookup_knowledge.ingestion import IngestReport, ingest
+from lookup_knowledge.cli.wall import end_without_final_collection, seconds_since_start
 from lookup_knowledge.progress import QUIET, ProgressReport, progress_to
-from lookup_knowledge.stores import build_cluster_embedder, build_embedder, l0_index_path
 
-app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from lookup_knowledge.adapters.embedder import Embedder
+    from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
+    from lookup_knowledge.agent.lookup import AgentLookup
+    from lookup_knowledge.config import Config
+    from lookup_knowledge.contract import LookupResult
+    from lookup_knowledge.ingestion import IngestReport
+
+app = typer.Typer(help="Evidence-first knowledge retrieval for LLM agents.", no_args_is_help=True, cls=Group)
 
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config file (default: the shipped one).")
+    Path | None,
+    typer.Option("--config", "-c", metavar="FILE", help="YAML config file (default: the shipped one)."),
 ]
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", help="Override a config key: dotted.key=value (repeatable)."),
+    typer.Option(
+        "--set", "-s", metavar="KEY=VALUE", help="Override a config key: dotted.key=value (repeatable)."
+    ),
 ]
 
 
@@ -57,6 +51,7 @@ PrincipalOption = Annotated[
     typer.Option(
         "--principal",
         "-p",
+        metavar="NAME",
         help="A group or user the caller is (repeatable): only documents whose access names one of them "
         "or public are seen. Sets access.principals; without it and without that key, unrestricted.",
     ),
@@ -65,31 +60,37 @@ PrincipalOption = Annotated[
 
 def _principal_overrides(principals: list[str] | None) -> list[str]:
     """``--principal`` values as the ``access.principals`` override (none given: no override)."""
+    import json
+
     return [f"access.principals={json.dumps(principals, ensure_ascii=False)}"] if principals else []
 
 
 @app.callback()
 def _root() -> None:
     """Evidence-first knowledge retrieval for LLM agents."""
+    end_without_final_collection()
     for stream in (sys.stdout, sys.stderr):  # text the locale cannot encode is escaped, not fatal
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
 
 
 def _config(config: Path | None, overrides: list[str] | None) -> Config:
+    from lookup_knowledge.config import ConfigError, load_config
+
     try:
         return load_config(config, overrides or [])
     except ConfigError as exc:
         fail(str(exc))
 
 
-@app.command("ingest")
+@app.command("ingest", cls=Command)
 def ingest_command(
     source: Annotated[
         Path,
         typer.Argument(
+            metavar="SOURCE",
             help="A folder of Markdown (and, with the documents extra, PDF, DOCX, HTML, PPTX, XLSX) "
-            "files, a .jsonl corpus or a BEIR folder."
+            "files, a .jsonl corpus or a BEIR folder.",
         ),
     ],
     config: ConfigOption = None,
@@ -115,6 +116,12 @@ def ingest_command(
     ] = None,
 ) -> None:
     """Ingest a knowledge source into the configured store and L0 index."""
+    from lookup_knowledge.adapters.corpus import CorpusError
+    from lookup_knowledge.adapters.dask_cluster import ClusterUnavailableError
+    from lookup_knowledge.adapters.embedder import EmbedderError
+    from lookup_knowledge.adapters.errors import StoreError
+    from lookup_knowledge.ingestion import ingest
+
     settings = _config(config, overrides)
     if watch:
         if dask:
@@ -140,6 +147,9 @@ def _calibrate(settings: Config, embedder: Embedder | None, progress: ProgressRe
     time, and measures the null itself. ``embedder``: the ingest's, its model loaded already
     (``None``: a local one is built); ``progress``: where the "measuring" phase goes. A failure
     only warns."""
+    from lookup_knowledge.adapters.errors import StoreLockedError
+    from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
+
     if not settings.l1.enabled:
         return
     note("measuring how the store answers questions it cannot answer (kept beside it) ...")
@@ -160,6 +170,9 @@ def _calibrate(settings: Config, embedder: Embedder | None, progress: ProgressRe
 def _ingest_embedder(settings: Config, dask: str | None) -> Iterator[Embedder]:
     """The embedder of ``ingest``: the cluster's behind ``--dask``, else this process's (its model
     loads at the first text it embeds; the probe null measured after the ingest reuses it)."""
+    from lookup_knowledge.extras import MissingExtraError, require
+    from lookup_knowledge.stores import build_cluster_embedder, build_embedder
+
     if dask is None:
         yield build_embedder(settings)
         return
@@ -176,6 +189,12 @@ def _ingest_embedder(settings: Config, dask: str | None) -> Iterator[Embedder]:
 
 def _watch(source: Path, settings: Config) -> None:
     """``ingest --watch``: one line per ingest; the ingest in progress finishes before the exit."""
+    import threading
+
+    from lookup_knowledge.adapters.corpus import CorpusError
+    from lookup_knowledge.adapters.embedder import EmbedderError
+    from lookup_knowledge.adapters.errors import StoreError
+    from lookup_knowledge.extras import MissingExtraError, require
     from lookup_knowledge.watch import stop_on_signals, watch_ingest
 
     try:
@@ -223,22 +242,26 @@ def _print_ingest_report(report: IngestReport) -> None:
         console.print(line, highlight=False, soft_wrap=True)
 
 
-@app.command("query")
+@app.command("query", cls=Command)
 def query_command(
-    text: Annotated[str, typer.Argument(help="The question to look up.")],
+    text: Annotated[str, typer.Argument(metavar="TEXT", help="The question to look up.")],
     config: ConfigOption = None,
     overrides: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly the contract JSON.")] = False,
     indent: Annotated[
         int | None,
-        typer.Option("--indent", min=0, help="JSON indent (default: 2 on a terminal, else one line)."),
+        typer.Option(
+            "--indent", min=0, metavar="N", help="JSON indent (default: 2 on a terminal, else one line)."
+        ),
     ] = None,
     explain: Annotated[
         Path | None,
-        typer.Option("--explain", help="Draw the executed DAG path to FILE (.png, .svg or .dot)."),
+        typer.Option(
+            "--explain", metavar="FILE", help="Draw the executed DAG path to FILE (.png, .svg or .dot)."
+        ),
     ] = None,
     session: Annotated[
-        str | None, typer.Option("--session", help="Session id (default: a new one, cli-...).")
+        str | None, typer.Option("--session", metavar="ID", help="Session id (default: a new one, cli-...).")
     ] = None,
     no_record: Annotated[
         bool, typer.Option("--no-record", help="Do not write this call to the tool_invocation table.")
@@ -246,6 +269,10 @@ def query_command(
     principals: PrincipalOption = None,
 ) -> None:
     """Look up knowledge for a query and print the evidence, the fallback decision and the context."""
+    from lookup_knowledge.adapters.errors import StoreError
+    from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
+    from lookup_knowledge.agent.request import failure_result, query_problem
+
     settings = _config(config, [*(overrides or []), *_principal_overrides(principals)])
     session = session or new_session_id("cli")  # recorded under an id of its own, never blank
     problem = query_problem(text, settings.retrieval.max_query_chars)
@@ -265,24 +292,28 @@ def query_command(
         _print_lookup(failed, as_json, indent)
         raise typer.Exit(1) from None
     with agent:
+        start_up_s = seconds_since_start()  # the interpreter, imports, config, opening the store
         cold_ms = agent.warm_up()  # a cold start: reported apart from the lookup it precedes
         started = time.perf_counter()
         result = agent.call(text, session_id=session)
         took_ms = (time.perf_counter() - started) * 1000
         _print_lookup(result, as_json, indent)
-        if not as_json:
-            note(
-                f"lookup {took_ms:.0f} ms, after a {cold_ms / 1000:.1f} s cold start (model load, first "
-                "search) that every query command pays; `lookup-knowledge shell` pays it once"
-            )
         if explain is not None:
             _explain(agent, result, text, explain)
+    if not as_json:  # the last line: the process's wall time up to here, the store closed
+        errors.print(
+            f"{seconds_since_start():.1f} s: start-up {start_up_s:.1f} s, model load "
+            f"{cold_ms / 1000:.1f} s, lookup {took_ms:.0f} ms; a `shell` starts once",
+            highlight=False, markup=False,
+        )  # fmt: skip
     if result.evidence_status == "retrieval_failed":
         raise typer.Exit(1)
 
 
 def _explain(agent: AgentLookup, result: LookupResult, text: str, path: Path) -> None:
     """Draw the executed path after the result is printed; a drawing problem is one line, not a failure."""
+    from lookup_knowledge.cli.render import GRAPHVIZ_HINT, render_execution
+
     try:
         drawn = render_execution(agent.tool, result, agent.tool.dataflow_inputs(text), path)
     except (ValueError, OSError) as exc:
@@ -296,6 +327,8 @@ def _explain(agent: AgentLookup, result: LookupResult, text: str, path: Path) ->
 
 
 def _print_lookup(result: LookupResult, as_json: bool, indent: int | None = None) -> None:
+    from lookup_knowledge.cli.display import print_result
+
     if as_json:
         print_json(result.model_dump(by_alias=True, mode="json"), indent)
     else:
@@ -306,6 +339,12 @@ def _record_unrun(settings: Config, text: str, session: str | None, result: Look
     """A call answered before the store opened (rejected, or the store unavailable) is still
     recorded; into the default SQLite file only where a knowledge store was ingested, so a
     mistyped ``store.path`` creates nothing."""
+    from lookup_knowledge.adapters.l0_index import index_saved
+    from lookup_knowledge.adapters.recorder import RecorderUnavailableError
+    from lookup_knowledge.agent.invocation_row import invocation_row
+    from lookup_knowledge.agent.lookup import build_recorder
+    from lookup_knowledge.stores import l0_index_path
+
     if settings.recorder.url is None and not index_saved(l0_index_path(settings)):
         return
     recorder = build_recorder(settings)
@@ -317,12 +356,14 @@ def _record_unrun(settings: Config, text: str, session: str | None, result: Look
         recorder.close()
 
 
-@app.command("verify")
+@app.command("verify", cls=Command)
 def verify_command(
     answer_file: Annotated[
-        Path | None, typer.Argument(metavar="[FILE]", help="The answer to check (default: stdin).")
+        Path | None, typer.Argument(metavar="FILE", help="The answer to check (default: stdin).")
     ] = None,
-    session: Annotated[str, typer.Option("--session", help="The session whose lookups it cites.")] = "",
+    session: Annotated[
+        str, typer.Option("--session", metavar="ID", help="The session whose lookups it cites.")
+    ] = "",
     config: ConfigOption = None,
     overrides: SetOption = None,
     check_uncited: Annotated[
@@ -330,15 +371,21 @@ def verify_command(
     ] = False,
     citation_pattern: Annotated[
         str | None,
-        typer.Option("--citation-pattern", help="Regex with a `key` group (default: bare or \\[key])."),
+        typer.Option(
+            "--citation-pattern", metavar="REGEX", help="Regex with a `key` group (default: bare or \\[key])."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly the verdict JSON.")] = False,
 ) -> None:
-    """Check an answer's citations and quotes against what the session's lookups returned;
-    exit 0 when verified, 1 when not."""
+    """Check an answer's citations and quotes against what the session's lookups returned.
+
+    Exit 0 when verified, 1 when not.
+    """
     from lookup_knowledge.adapters.l0_index import L0Index, L0IndexError
-    from lookup_knowledge.agent.lookup import verify_in_session
+    from lookup_knowledge.adapters.recorder import RecorderUnavailableError
+    from lookup_knowledge.agent.lookup import build_recorder, verify_in_session
     from lookup_knowledge.agent.verify import CITATION_PATTERN
+    from lookup_knowledge.stores import l0_index_path
 
     if not session:
         fail("--session is required: the session whose lookups the answer cites")
@@ -372,13 +419,17 @@ def verify_command(
         raise typer.Exit(1)
 
 
-@app.command("info")
+@app.command("info", cls=Command)
 def info_command(
     config: ConfigOption = None,
     overrides: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the facts as JSON.")] = False,
 ) -> None:
     """Print the configuration in force, the store's size, the model, backends and device."""
+    import yaml
+
+    from lookup_knowledge.cli.info import describe
+
     facts = describe(_config(config, overrides))
     if as_json:
         print_json(facts)
@@ -398,11 +449,16 @@ def info_command(
     console.print(yaml.safe_dump(facts["config"], sort_keys=False, allow_unicode=True), highlight=False)
 
 
-@app.command("render")
+DIAGRAMS = Path("visualizations")
+
+
+@app.command("render", cls=Command)
 def render_command(
-    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("visualizations"),
+    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Output folder.")] = DIAGRAMS,
 ) -> None:
     """Write the lookup DAG and each config variant as DOT and Mermaid, plus SVG/PNG with Graphviz."""
+    from lookup_knowledge.cli.render import GRAPHVIZ_HINT, render_variants
+
     try:
         report = render_variants(out)
     except OSError as exc:
@@ -414,20 +470,28 @@ def render_command(
 
 
 invocations_app = typer.Typer(
-    help="List recorded lookup_knowledge calls (the tool_invocation table); `invocations show ID` prints one."
+    help="List recorded lookup_knowledge calls (the tool_invocation table); "
+    "`invocations show ID` prints one.",
+    cls=Group,
 )
 app.add_typer(invocations_app, name="invocations")
 
 
 def _recorder(config: Path | None, overrides: list[str] | None) -> InvocationRecorder:
+    from lookup_knowledge.agent.lookup import build_recorder
+
     return build_recorder(_config(config, overrides))
 
 
 @invocations_app.callback(invoke_without_command=True)
 def invocations_command(
     ctx: typer.Context,
-    session: Annotated[str | None, typer.Option("--session", help="Only this session's calls.")] = None,
-    last: Annotated[int, typer.Option("--last", min=1, help="How many of the newest calls.")] = 20,
+    session: Annotated[
+        str | None, typer.Option("--session", metavar="ID", help="Only this session's calls.")
+    ] = None,
+    last: Annotated[
+        int, typer.Option("--last", min=1, metavar="N", help="How many of the newest calls.")
+    ] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
     config: ConfigOption = None,
     overrides: SetOption = None,
@@ -435,6 +499,10 @@ def invocations_command(
     """List recorded lookup_knowledge calls, oldest first; `invocations show ID` prints one."""
     if ctx.invoked_subcommand is not None:
         return
+    from lookup_knowledge.adapters.recorder import RecorderUnavailableError
+    from lookup_knowledge.agent.request import session_key
+    from lookup_knowledge.cli.display import invocations_table
+
     recorder = _recorder(config, overrides)
     try:
         rows = recorder.list(session_id=None if session is None else session_key(session), last=last)
@@ -445,31 +513,10 @@ def invocations_command(
     if as_json:
         print_json([row.to_json() for row in rows])
         return
-    table = Table(title=f"lookup_knowledge calls ({recorder.url})")
-    table.add_column("id", no_wrap=True)
-    table.add_column("time (UTC)")
-    table.add_column("session", overflow="fold")
-    table.add_column("status", overflow="fold")
-    table.add_column("blocks", justify="right")
-    table.add_column("layer / retry")
-    table.add_column("ms", justify="right")
-    table.add_column("query", overflow="fold", ratio=1)
-    for row in rows:
-        retry = row.fallback_reason.removeprefix("filtered_vector_") if row.fallback_reason else ""
-        table.add_row(
-            str(row.id),
-            f"{row.created_at:%m-%d %H:%M:%S}" if row.created_at else "",
-            escape(row.session_id or ""),
-            row.status,
-            str(row.evidence_count),
-            "\n".join(filter(None, [row.retrieval_layer, retry])),
-            f"{row.latency_ms:.0f}",
-            escape(row.input if len(row.input) <= 80 else row.input[:79] + "…"),
-        )
-    console.print(table)
+    console.print(invocations_table(rows, f"lookup_knowledge calls ({recorder.url})"))
 
 
-@invocations_app.command("show")
+@invocations_app.command("show", cls=Command)
 def invocation_show_command(
     invocation_id: Annotated[int, typer.Argument(metavar="ID", help="The call's id.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the row as JSON.")] = False,
@@ -477,6 +524,8 @@ def invocation_show_command(
     overrides: SetOption = None,
 ) -> None:
     """Print one recorded call with its retrieval details."""
+    from lookup_knowledge.adapters.recorder import RecorderUnavailableError
+
     recorder = _recorder(config, overrides)
     try:
         row = recorder.get(invocation_id)
@@ -493,6 +542,8 @@ def invocation_show_command(
 
 
 def _print_invocation(row: Invocation) -> None:
+    from rich.json import JSON
+
     rows = [
         ("created at", row.created_at.isoformat() if row.created_at else ""),
         ("session", row.session_id or ""),
@@ -509,12 +560,18 @@ def _print_invocation(row: Invocation) -> None:
     console.print(JSON.from_data(row.retrieval_details, ensure_ascii=False))
 
 
-@app.command("mcp")
+@app.command("mcp", cls=Command)
 def mcp_command(
     config: ConfigOption = None, overrides: SetOption = None, principals: PrincipalOption = None
 ) -> None:
-    """Serve the lookup_knowledge tool over MCP (stdio); each client connection is one session,
-    every call with the server's identity (``--principal``, ``access.principals``)."""
+    """Serve the lookup_knowledge tool over MCP (stdio).
+
+    Each client connection is one session; every call has the server's identity (--principal,
+    else access.principals).
+    """
+    from lookup_knowledge.adapters.errors import StoreError
+    from lookup_knowledge.extras import MissingExtraError, require
+
     try:
         require("mcp", "lookup-knowledge mcp")
     except MissingExtraError as exc:

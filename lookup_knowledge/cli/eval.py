@@ -1,4 +1,5 @@
-"""The ``eval`` and ``eval-queries`` commands (registered on the main CLI app)."""
+"""The ``eval`` and ``eval-queries`` commands (registered on the main CLI app); what they
+need (pandas, the evaluation runner) loads when one runs, not with the CLI."""
 
 from __future__ import annotations
 
@@ -9,20 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from lookup_knowledge.adapters.errors import StoreError
+from lookup_knowledge.cli.help import Command
 from lookup_knowledge.cli.output import console, fail, note
-from lookup_knowledge.config import ConfigError, load_config, parse_override
-from lookup_knowledge.eval.data import (
-    EvalDataError,
-    beir_to_parquet,
-    load_eval_queries,
-    load_qrels,
-    relevance,
-)
-from lookup_knowledge.extras import MissingExtraError, require
 
 if TYPE_CHECKING:
     from lookup_knowledge.eval.evaluation import EvalRun
@@ -35,23 +25,42 @@ class CategoryPin(StrEnum):
 
 
 def eval_command(
-    queries_file: Annotated[Path, typer.Argument(help="Eval query parquet (query_id, query, ...).")],
+    queries_file: Annotated[
+        Path, typer.Argument(metavar="QUERIES", help="Eval query parquet (query_id, query, ...).")
+    ],
     qrels: Annotated[
-        Path | None, typer.Option("--qrels", help="BEIR qrels.tsv; wins over 'relevant'.")
+        Path | None, typer.Option("--qrels", metavar="FILE", help="BEIR qrels.tsv; wins over 'relevant'.")
     ] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")] = None,
-    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help="dotted.key=value")] = None,
-    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("eval-out"),
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", metavar="FILE", help="YAML config file.")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", "-s", metavar="KEY=VALUE", help="dotted.key=value")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Output folder.")] = Path("eval-out"),
     compare: Annotated[
-        list[str] | None, typer.Option("--compare", help="Variant NAME='--set k=v ...' (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--compare", metavar="NAME='--set K=V ...'", help="Variant NAME='--set k=v ...' (repeatable)."
+        ),
     ] = None,
-    variants_file: Annotated[Path | None, typer.Option("--variants", help="YAML list of variants.")] = None,
-    sweep: Annotated[str | None, typer.Option("--sweep", help="dotted.key=start:stop:step")] = None,
+    variants_file: Annotated[
+        Path | None, typer.Option("--variants", metavar="FILE", help="YAML list of variants.")
+    ] = None,
+    sweep: Annotated[
+        str | None, typer.Option("--sweep", metavar="KEY=START:STOP:STEP", help="dotted.key=start:stop:step")
+    ] = None,
     dask: Annotated[
-        str | None, typer.Option("--dask", help="Dask scheduler address: run query shards there.")
+        str | None,
+        typer.Option("--dask", metavar="ADDRESS", help="Dask scheduler address: run query shards there."),
     ] = None,
 ) -> None:
     """Evaluate eval queries through the lookup DAG; write results, metrics and a report."""
+    from lookup_knowledge.adapters.errors import StoreError
+    from lookup_knowledge.config import ConfigError, load_config, parse_override
+    from lookup_knowledge.eval.data import EvalDataError, load_eval_queries, load_qrels, relevance
+    from lookup_knowledge.extras import MissingExtraError, require
+
     try:
         require("eval", "lookup-knowledge eval")
         if dask:
@@ -123,6 +132,8 @@ def eval_command(
 
 
 def _with_progress(tool, queries, judgments) -> EvalRun:  # noqa: ANN001
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from lookup_knowledge.eval.evaluation import evaluate
 
     columns = (TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -144,6 +155,8 @@ def _distributed(settings, queries, judgments, address: str) -> EvalRun:  # noqa
 
 
 def _report(run: EvalRun, written: list[Path]) -> None:
+    from rich.table import Table
+
     from lookup_knowledge.eval.evaluation import METRIC_NAMES
     from lookup_knowledge.eval.report import filter_headline_lines
 
@@ -162,19 +175,26 @@ def _report(run: EvalRun, written: list[Path]) -> None:
 
 
 def eval_queries_command(
-    corpus_dir: Annotated[Path, typer.Argument(help="BEIR folder with queries.jsonl and qrels.tsv.")],
-    out: Annotated[Path, typer.Option("--out", help="Parquet file to write.")],
-    qrels: Annotated[Path | None, typer.Option("--qrels", help="qrels.tsv (default: in the folder).")] = None,
+    corpus_dir: Annotated[
+        Path, typer.Argument(metavar="BEIR_DIR", help="BEIR folder with queries.jsonl and qrels.tsv.")
+    ],
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="Parquet file to write.")],
+    qrels: Annotated[
+        Path | None, typer.Option("--qrels", metavar="FILE", help="qrels.tsv (default: in the folder).")
+    ] = None,
     categories: Annotated[
         CategoryPin,
         typer.Option(
             "--categories",
+            metavar="|".join(CategoryPin),
             help="Pin each query's own category (true), another existing one (wrong), or none; "
             "true/wrong runs get the filter headline in the eval report.",
         ),
     ] = CategoryPin.none,
 ) -> None:
     """Convert a BEIR queries.jsonl (+ qrels) into an eval query parquet."""
+    from lookup_knowledge.eval.data import EvalDataError, beir_to_parquet
+
     try:
         rows = beir_to_parquet(corpus_dir, out, qrels, categories.value)
     except (EvalDataError, json.JSONDecodeError, KeyError) as exc:
@@ -183,5 +203,5 @@ def eval_queries_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval")(eval_command)
-    app.command("eval-queries")(eval_queries_command)
+    app.command("eval", cls=Command)(eval_command)
+    app.command("eval-queries", cls=Command)(eval_queries_command)

@@ -10,32 +10,41 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from lookup_knowledge.adapters.errors import StoreError
-from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
-from lookup_knowledge.cli.display import print_result
-from lookup_knowledge.cli.output import console, fail, note
-from lookup_knowledge.config import ConfigError, load_config
-from lookup_knowledge.contract import LookupResult
+from lookup_knowledge.cli.help import Command
+from lookup_knowledge.cli.output import console, errors, fail, note
+from lookup_knowledge.cli.wall import seconds_since_start
+
+if TYPE_CHECKING:
+    from lookup_knowledge.contract import LookupResult
 
 HELP = "Type a question; :json toggles JSON output, :session shows the session id, :quit (or Ctrl-D) ends."
 PROMPT = "lookup> "
 
 
 def shell_command(
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option("--set", "-s", help="Override a config key: dotted.key=value.")
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", metavar="FILE", help="YAML config file.")
     ] = None,
-    session: Annotated[str | None, typer.Option("--session", help="Session id (default: a new one).")] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override a config key: dotted.key=value."),
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", metavar="ID", help="Session id (default: a new one).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print each result as contract JSON.")] = False,
     no_record: Annotated[bool, typer.Option("--no-record", help="Do not record the calls.")] = False,
 ) -> None:
     """Answer questions typed at a prompt (or piped, one per line) with the model loaded once."""
+    from lookup_knowledge.adapters.errors import StoreError
+    from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
+    from lookup_knowledge.config import ConfigError, load_config
+
     try:
         settings = load_config(config, overrides or [])
         agent = AgentLookup.from_config(settings, record=not no_record)
@@ -43,10 +52,14 @@ def shell_command(
         fail(str(exc), 2 if isinstance(exc, ConfigError) else 1)
     session = session or new_session_id("shell")
     with agent:
+        start_up_s = seconds_since_start()
         cold_ms = agent.warm_up()
-        note(
-            f"model loaded and store warmed in {cold_ms / 1000:.1f} s; lookups from here on are warm. {HELP}"
-        )
+        errors.print(
+            f"ready in {seconds_since_start():.1f} s: start-up {start_up_s:.1f} s, model load "
+            f"{cold_ms / 1000:.1f} s; each lookup from here on is warm",
+            highlight=False, markup=False,
+        )  # fmt: skip
+        errors.print(HELP, highlight=False, markup=False)
         for line in _lines():
             if line in {":quit", ":exit", ":q"}:
                 break
@@ -56,7 +69,8 @@ def shell_command(
             elif line == ":session":
                 note(f"session {escape(session)}")
             elif line.startswith(":"):
-                note(f"unknown command {escape(line)}. {HELP}")
+                note(f"unknown command {escape(line)}")
+                errors.print(HELP, highlight=False, markup=False)
             elif line:
                 started = time.perf_counter()
                 result = agent.call(line, session_id=session)
@@ -79,6 +93,8 @@ def _lines():
 
 
 def _show(result: LookupResult, as_json: bool, took_ms: float) -> None:
+    from lookup_knowledge.cli.display import print_result
+
     if as_json:
         console.print_json(result.model_dump_json(by_alias=True), ensure_ascii=False)
     else:
@@ -87,4 +103,4 @@ def _show(result: LookupResult, as_json: bool, took_ms: float) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("shell")(shell_command)
+    app.command("shell", cls=Command)(shell_command)
