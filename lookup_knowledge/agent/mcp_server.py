@@ -52,7 +52,7 @@ from lookup_knowledge.agent.tool_definition import (
     VerifyArguments,
     input_schema,
 )
-from lookup_knowledge.agent.verify import AnswerVerdict
+from lookup_knowledge.agent.verify import AnswerTooLongError, AnswerVerdict
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult
 
@@ -83,8 +83,12 @@ def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer
     def verify_answer(answer: str, check_uncited: bool = False) -> Annotated[CallToolResult, AnswerVerdict]:
         try:
             verdict = agent.verify_answer(answer, session, check_uncited=check_uncited)
-        except RecorderUnavailableError as exc:  # nothing to verify against: say so, serve on
-            message = f"verify_answer needs the invocation record: {exc}"
+        except (RecorderUnavailableError, AnswerTooLongError) as exc:  # say so, serve on
+            message = (
+                f"Invalid answer: {exc}"
+                if isinstance(exc, AnswerTooLongError)
+                else f"verify_answer needs the invocation record: {exc}"
+            )
             return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
         payload = verdict.model_dump(by_alias=True, mode="json")
         return CallToolResult(
@@ -145,8 +149,8 @@ async def _read_frames(
 ) -> None:
     """Each line to the server as a message, or answered here with a JSON-RPC error."""
     async with frames:
-        async for line in lines:
-            frame = read_frame(line)
+        async for line in lines:  # parsed off the event loop: the server serves meanwhile
+            frame = await anyio.to_thread.run_sync(read_frame, line)
             if isinstance(frame, JSONRPCError):
                 await replies.send(SessionMessage(frame))
             elif frame is not None:
@@ -180,25 +184,28 @@ def read_frame(line: str) -> SessionMessage | JSONRPCError | None:
         return _error(_valid_id(data.get("id") if isinstance(data, dict) else None), INVALID_REQUEST, message)
 
 
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]')  # JSON strings and brackets, in order
+# JSON strings and runs of brackets, in order. A string not closed runs to the end of the line
+# (one token): were it dropped, the scan would start a string again at each of its escaped
+# quotes and read the rest of the line from each, quadratic in its length.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)|[{\[]+|[}\]]+', re.DOTALL)
+_COLON = re.compile(r"[ \t\r\n]*:[ \t\r\n]*")
 
 
 def _top_level_id(line: str) -> int | str | None:
-    """The ``id`` member of the frame's outermost object, found without parsing the rest."""
+    """The ``id`` member of the frame's outermost object, found without parsing the rest, in one
+    pass over the line (each token read once, the value decoded at most once)."""
     depth = 0
     for token in _TOKENS.finditer(line):
         text = token.group()
-        if text in ("{", "["):
-            depth += 1
-        elif text in ("}", "]"):
-            depth -= 1
-        elif depth == 1 and text == '"id"':
-            rest = line[token.end() :].lstrip()
-            if rest.startswith(":"):
-                try:
-                    return _valid_id(json.JSONDecoder().raw_decode(rest[1:].lstrip())[0])
-                except ValueError:
-                    return None
+        if text[0] in "{[":
+            depth += len(text)
+        elif text[0] in "}]":
+            depth -= len(text)
+        elif depth == 1 and text == '"id"' and (colon := _COLON.match(line, token.end())):
+            try:
+                return _valid_id(json.JSONDecoder().raw_decode(line, colon.end())[0])
+            except (ValueError, RecursionError):
+                return None
     return None
 
 

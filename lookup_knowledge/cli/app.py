@@ -332,14 +332,20 @@ def verify_command(
     exit 0 when verified, 1 when not."""
     from lookup_knowledge.adapters.l0_index import L0Index, L0IndexError
     from lookup_knowledge.agent.lookup import verify_in_session
-    from lookup_knowledge.agent.verify import CITATION_PATTERN
+    from lookup_knowledge.agent.verify import CITATION_PATTERN, MAX_ANSWER_CHARS
 
     if not session:
         fail("--session is required: the session whose lookups the answer cites")
-    try:
-        answer = answer_file.read_text(encoding="utf-8") if answer_file else sys.stdin.read()
+    try:  # one character past the limit at most: a huge file is never read whole
+        if answer_file:
+            with answer_file.open(encoding="utf-8") as source:
+                answer = source.read(MAX_ANSWER_CHARS + 1)
+        else:
+            answer = sys.stdin.read(MAX_ANSWER_CHARS + 1)
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"cannot read the answer: {exc}")
+    if len(answer) > MAX_ANSWER_CHARS:
+        fail(f"the answer has more than {MAX_ANSWER_CHARS:,} characters, the most verify takes: split it")
     settings = _config(config, overrides)
     recorder = build_recorder(settings)
     try:
