@@ -240,6 +240,8 @@ def query_command(
     principals: PrincipalOption = None,
 ) -> None:
     """Look up knowledge for a query and print the evidence, the fallback decision and the context."""
+    if explain is not None and not explain.parent.is_dir():  # never created: may not be ours to make
+        fail(f"--explain: the folder {explain.parent} does not exist")
     settings = _config(config, [*(overrides or []), *_principal_overrides(principals)])
     session = session or new_session_id("cli")  # recorded under an id of its own, never blank
     problem = query_problem(text, settings.retrieval.max_query_chars)
