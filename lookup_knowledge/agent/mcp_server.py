@@ -59,6 +59,7 @@ from lookup_knowledge.contract import LookupResult
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "lookup-knowledge"
+MAX_LOG_CHARS = 500  # the most of one log message that reaches stderr
 INSTRUCTIONS = (
     "Evidence-first knowledge retrieval. Call lookup_knowledge(query) when an answer depends on "
     "the knowledge base, and cite the evidenceKey of every block you use. Before answering, call "
@@ -123,7 +124,25 @@ def serve_stdio(config: Config) -> None:
     """
     with AgentLookup.from_config(config, require_store=False) as agent:
         agent.warm_up()  # the model loads before serving; the first call reports it (coldStartMs)
-        anyio.run(serve_frames, build_server(agent))
+        server = build_server(agent)  # the SDK sets up its log handler here
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(CappedLogText())
+        anyio.run(serve_frames, server)
+
+
+class CappedLogText(logging.Filter):
+    """Log messages cut to :data:`MAX_LOG_CHARS`: the SDK logs client text (an unknown tool's name,
+    a refused argument) in full, and one 100,000-character name filled 5,403 stderr lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: the handler reports it as it would have
+            return True
+        if len(message) > MAX_LOG_CHARS:
+            record.msg = f"{message[:MAX_LOG_CHARS]}... ({len(message):,} characters, cut)"
+            record.args = None
+        return True
 
 
 async def serve_frames(server: MCPServer) -> None:

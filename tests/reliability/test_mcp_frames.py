@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from lookup_knowledge.agent.mcp_server import read_frame
+from lookup_knowledge.agent.mcp_server import MAX_LOG_CHARS, read_frame
 from lookup_knowledge.agent.tool_definition import TOOL_NAME, VERIFY_TOOL_NAME
 from lookup_knowledge.agent.verify import MAX_ANSWER_CHARS
 
@@ -193,6 +193,33 @@ def test_a_ping_right_behind_each_hostile_megabyte_is_answered(sample_store: Pat
     finally:
         server.close()
     assert server.process.returncode == 0
+
+
+@pytest.mark.slow
+def test_an_unknown_huge_tool_name_reaches_the_log_cut(sample_store: Path, tmp_path: Path) -> None:
+    """The SDK logs an unknown tool's name in full; the server's log filter cuts each message."""
+    with (tmp_path / "stderr.txt").open("w+b") as stderr:
+        server = RawServer(sample_store, stderr=stderr)
+        try:
+            initialize = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw"}}
+            server.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}))
+            server.reply(0, STARTUP_TIMEOUT_S)
+            server.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            stderr.flush()
+            before = stderr.seek(0, 2)
+            params = {"name": "x" * 100_000, "arguments": {}}
+            server.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}))
+            unknown, _ = server.reply(1, HANG_GUARD_S)
+            assert unknown["result"]["isError"] is True  # the client is told, in full
+            server.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}))
+            server.reply(2, HANG_GUARD_S)
+        finally:
+            server.close()
+        stderr.seek(before)
+        logged = stderr.read().decode("utf-8", "replace")
+    assert "Tool" in logged and "characters, cut" in logged  # the rejected name, cut
+    assert logged.count("x") < 2 * MAX_LOG_CHARS  # was the name twice in full: 200,000
+    assert logged.count("\n") < 40  # was 5,403 lines
 
 
 @pytest.mark.parametrize(
