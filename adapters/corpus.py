@@ -30,7 +30,13 @@ from lookup_knowledge.adapters.documents import (
     save_converted,
 )
 from lookup_knowledge.adapters.source_files import SourceFile
-from lookup_knowledge.adapters.text import escape_surrogates, first_line, printable_path
+from lookup_knowledge.adapters.text import (
+    MAX_ID_CHARS,
+    escape_surrogates,
+    first_line,
+    printable_id,
+    printable_path,
+)
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 JSONL_CORPUS_NAME = "corpus.jsonl"
@@ -220,7 +226,7 @@ def _read_document(
         converted = worker.convert(raw, file.suffix)
         save_converted(converted_dir, stamp.version, converted)
     return SourceDocument(
-        doc_id=relative,
+        doc_id=_document_id(relative),
         source=relative,
         title=converted.title or Path(relative).stem,
         body=converted.text,
@@ -248,7 +254,7 @@ def _read_markdown(file: Path, relative: str, max_file_bytes: int) -> SourceDocu
     meta, body, offset = _frontmatter(text)
     access = _access(meta.get("access"))
     return SourceDocument(
-        doc_id=_text(meta.get("id")) or relative,
+        doc_id=_document_id(_text(meta.get("id")) or relative),
         source=relative,
         title=_text(meta.get("title")) or _first_heading(body) or Path(relative).stem,
         body=body,
@@ -357,19 +363,21 @@ def _read_jsonl(file: Path, max_record_bytes: int) -> Corpus:
         text = record.get("text")
         if not doc_id or not isinstance(text, str):
             source = _text(record.get("source")) or doc_id
-            corpus.skipped.append(SkippedFile(f"{file.name}:{number}", "missing _id or text", source))
+            printable = printable_id(source)[:MAX_ID_CHARS] if source else None
+            corpus.skipped.append(SkippedFile(f"{file.name}:{number}", "missing _id or text", printable))
             continue
         title = _text(record.get("title")) or ""
+        source = printable_id(_text(record.get("source")) or doc_id)
         try:
             access = _access(record.get("access"))
+            doc_id = _document_id(doc_id)
         except _Skip as skip:
-            source = _text(record.get("source")) or doc_id
-            corpus.skipped.append(SkippedFile(f"{file.name}:{number}", str(skip), source))
+            corpus.skipped.append(SkippedFile(f"{file.name}:{number}", str(skip), source[:MAX_ID_CHARS]))
             continue
         corpus.documents.append(
             SourceDocument(
                 doc_id=doc_id,
-                source=_text(record.get("source")) or doc_id,
+                source=source,
                 title=title,
                 body=normalized_newlines(text),
                 format="text",
@@ -427,6 +435,15 @@ def _bounded_lines(handle: IO[bytes], limit: int) -> Iterator[tuple[int, bytes, 
             size, tail = size + len(piece), (tail + piece)[-2:]
         size -= 2 if tail == b"\r\n" else 1 if tail.endswith(b"\n") else 0
         yield number, (first if size <= limit else b""), size
+
+
+def _document_id(text: str) -> str:
+    """A document id as stored and returned: control characters escaped (:func:`printable_id`),
+    at most :data:`MAX_ID_CHARS` characters (a longer one skips its document)."""
+    doc_id = printable_id(text)
+    if len(doc_id) > MAX_ID_CHARS:
+        raise _Skip(f"document id too long ({len(doc_id):,} characters > {MAX_ID_CHARS:,})")
+    return doc_id
 
 
 def _text(value: Any) -> str | None:

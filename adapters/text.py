@@ -4,8 +4,14 @@ printable, an exception as its first line (credentials masked)."""
 from __future__ import annotations
 
 import os
+import re
 
 from .redaction import mask_secrets
+
+MAX_ID_CHARS = 1024  # the longest document id (frontmatter ``id``, JSONL ``_id``, relative path)
+# C0 and C1 control characters (DEL included) and the bidirectional controls that reorder what a
+# terminal or a page shows (U+061C, U+200E/F, U+202A-E, U+2066-9)
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def escape_surrogates(text: str) -> str:
@@ -16,8 +22,21 @@ def escape_surrogates(text: str) -> str:
 
 def printable_path(name: str) -> str:
     """A file name as text that can be stored and printed: bytes that are not UTF-8 (which
-    Python holds as lone surrogates) written as ``\\xff``, the same on every run."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
+    Python holds as lone surrogates) written as ``\\xff``, control characters as
+    :func:`printable_id` writes them, the same on every run."""
+    return printable_id(os.fsencode(name).decode("utf-8", "backslashreplace"))
+
+
+def printable_id(text: str) -> str:
+    """``text`` with each control character (C0, DEL, C1) and bidirectional control written as
+    its escape: ``\\x1b`` up to U+00FF, ``\\u202e`` above; a stable form an agent host can print
+    (an ESC, OSC or U+202E in an id would reach its terminal or page)."""
+    return _CONTROLS.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def first_line(exc: BaseException, *, with_type: bool = False) -> str:

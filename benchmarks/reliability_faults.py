@@ -13,6 +13,16 @@ machine, so the share that is process start is visible. The durations the tests 
 are timed here too: a hung invocation database's cost to 8 concurrent callers while its circuit
 is open, and to the call after the retry interval; a hung reopening of the search port's store;
 a hostile front matter (billion laughs) and a sheet that declares a million rows read whole.
+
+Hostile input (issue 60), measured every run: a real ``lookup-knowledge mcp`` spoken to in raw
+frames gets each hostile megabyte (``verify_answer`` answers of one long word and of citations,
+over and at the 100,000-character limit; frames that are not JSON: escaped quotes, open
+brackets, bracket pairs with the id last) with a ``ping`` written right behind it: the ping's
+delay (and a ping on an idle server as the baseline), the message's own reply, and a lookup
+after them all; an unknown 100,000-character tool name and the stderr lines it costs; a folder
+with a 10 MB frontmatter ``id`` ingested by the CLI under a 3 GB address-space cap (peak RSS,
+documents kept); file names and ids with control and bidirectional characters ingested and
+looked up (documents kept, control characters left in the results' ids, keys and sources).
 """
 
 from __future__ import annotations
@@ -22,7 +32,9 @@ import contextlib
 import itertools
 import json
 import math
+import queue
 import random
+import re
 import socket
 import statistics
 import struct
@@ -33,12 +45,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
-from lookup_knowledge import ingest, load_config, sample_knowledge_base
+from lookup_knowledge import KnowledgeTool, ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.adapters.documents import DocumentLimits
 from lookup_knowledge.adapters.errors import StoreUnavailableError
@@ -52,9 +65,12 @@ from lookup_knowledge.adapters.recorder import (
 )
 from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
+from lookup_knowledge.agent.verify import MAX_ANSWER_CHARS
 from lookup_knowledge.cli.app import app
 
 CLI = Path(sys.executable).with_name("lookup-knowledge")
+MB = 1_000_000
+CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def hung_server() -> tuple[str, socket.socket]:
@@ -239,6 +255,175 @@ def hostile_file_rows(work: Path) -> list[dict]:
     return rows
 
 
+class RawServer:
+    """``lookup-knowledge mcp`` spoken to in raw lines; each reply kept with when it arrived."""
+
+    def __init__(self, store: Path, stderr: Any) -> None:
+        command = [str(CLI), "mcp", "--set", f"store.path={store}"]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+        self.lines: queue.Queue[tuple[float, bytes]] = queue.Queue()
+        self.replies: dict[Any, tuple[float, dict]] = {}
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put((time.perf_counter(), line))
+
+    def send(self, line: str) -> float:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line.encode("utf-8") + b"\n")
+        self.process.stdin.flush()
+        return time.perf_counter()
+
+    def reply(self, frame_id: Any, timeout_s: float = 600) -> tuple[float, dict]:
+        """When the reply to ``frame_id`` arrived, and the reply."""
+        deadline = time.perf_counter() + timeout_s
+        while frame_id not in self.replies:
+            arrived, line = self.lines.get(timeout=max(deadline - time.perf_counter(), 0.001))
+            message = json.loads(line)
+            if "result" in message or "error" in message:
+                self.replies.setdefault(message.get("id"), (arrived, message))
+        return self.replies.pop(frame_id)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def _tool_call(frame_id: int, name: str, arguments: dict) -> str:
+    params = {"name": name, "arguments": arguments}
+    return json.dumps({"jsonrpc": "2.0", "id": frame_id, "method": "tools/call", "params": params})
+
+
+def _reply_summary(message: dict) -> str:
+    if "error" in message:
+        return f"JSON-RPC error {message['error']['code']}, id {message.get('id')}"
+    result = message["result"]
+    if result.get("isError"):
+        return "tool error: " + result["content"][0]["text"][:60]
+    content = result.get("structuredContent") or {}
+    if "citations" in content:
+        return f"verdict, {len(content['citations']):,} citations"
+    return content.get("evidenceStatus", "answered")
+
+
+def hostile_message_rows(store: Path, work: Path) -> list[dict]:
+    """A ping right behind each hostile megabyte, over a real server; then a lookup."""
+    limit = MAX_ANSWER_CHARS
+    messages = [
+        ("verify_answer: one 1 MB word", _tool_call(10, "verify_answer", {"answer": "x" * MB}), 10),
+        ("verify_answer: 1 MB of citations",
+         _tool_call(11, "verify_answer", {"answer": "k1#chunk-1 " * (MB // 11)}), 11),
+        (f"verify_answer: one word of {limit:,}",
+         _tool_call(12, "verify_answer", {"answer": "x" * limit}), 12),
+        (f"verify_answer: {limit:,} of citations",
+         _tool_call(13, "verify_answer", {"answer": "k1#chunk-1 " * (limit // 11)}), 13),
+        ("frame: 1 MB of escaped quotes", '{"jsonrpc":"2.0","x":"' + '\\"' * (MB // 2), None),
+        ("frame: 1 MB of open brackets", '{"jsonrpc":"2.0","x":' + "[" * MB, None),
+        ("frame: 1 MB of bracket pairs, id last",
+         '{"jsonrpc":"2.0","x":' + "[]," * (MB // 3) + '0,"id":16', 16),
+    ]  # fmt: skip
+    rows = []
+    with (work / "mcp-stderr.txt").open("w+b") as stderr:
+        server = RawServer(store, stderr)
+        initialize = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench"}}
+        server.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}))
+        server.reply(0)
+        server.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        sent = server.send(json.dumps({"jsonrpc": "2.0", "id": 99, "method": "ping"}))
+        rows.append({"fault": "mcp: ping on an idle server", "setting": "baseline",
+                     "seconds": server.reply(99)[0] - sent, "exit": None, "status": "answered"})  # fmt: skip
+        for number, (what, frame, reply_id) in enumerate(messages):
+            started = server.send(frame)
+            sent = server.send(json.dumps({"jsonrpc": "2.0", "id": 100 + number, "method": "ping"}))
+            pong_at, _ = server.reply(100 + number)
+            replied_at, message = server.reply(reply_id)
+            rows.append({"fault": f"mcp: ping behind {what}", "setting": f"{len(frame):,} B frame",
+                         "seconds": pong_at - sent, "exit": None, "status": _reply_summary(message),
+                         "message_reply_s": replied_at - started})  # fmt: skip
+        stderr.flush()
+        before = stderr.seek(0, 2)
+        started = server.send(_tool_call(30, "x" * 100_000, {}))
+        replied_at, message = server.reply(30)
+        sent = server.send(json.dumps({"jsonrpc": "2.0", "id": 31, "method": "ping"}))
+        server.reply(31)
+        stderr.flush()
+        stderr.seek(before)
+        logged = stderr.read()
+        lines = logged.count(b"\n")
+        rows.append({"fault": "mcp: unknown 100,000-character tool name", "setting": "log cut at 500",
+                     "seconds": replied_at - started, "exit": None,
+                     "status": f"{_reply_summary(message)}; {lines} stderr lines, "
+                               f"{len(logged):,} bytes"})  # fmt: skip
+        started = server.send(
+            _tool_call(40, "lookup_knowledge", {"query": "Who must approve a refund above 500 EUR?"})
+        )
+        replied_at, message = server.reply(40)
+        rows.append({"fault": "mcp: a lookup after them all", "setting": "", "seconds": replied_at - started,
+                     "exit": None, "status": _reply_summary(message)})  # fmt: skip
+        server.close()
+    return rows
+
+
+CAPPED_INGEST = """
+import resource, subprocess, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+print(done.stdout + done.stderr)
+"""
+
+
+def huge_id_row(work: Path) -> dict:
+    """A 10 MB frontmatter id beside an ordinary page, ingested by the CLI under a 3 GB cap."""
+    kb = work / "huge-id"
+    kb.mkdir()
+    (kb / "huge.md").write_text(
+        "---\nid: " + "x" * 10_000_000 + "\n---\n# Huge\nRefunds.\n", encoding="utf-8"
+    )
+    (kb / "fine.md").write_text("# Fine\nRefunds need approval.\n", encoding="utf-8")
+    command = [str(CLI), "ingest", str(kb), "--set", f"store.path={work / 'huge-id-store'}",
+               "--set", "ingest.max_file_bytes=50000000"]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", CAPPED_INGEST, *command], capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    head, _, output = done.stdout.partition("\n")
+    code, peak_kb = (int(part) for part in head.split())
+    skipped = next((line.strip() for line in output.splitlines() if line.strip().startswith("skipped")), "")
+    kept = re.search(r"documents\s*│\s*(\d+)", output)
+    return {"fault": "10 MB frontmatter id (ingest, 3 GB cap)", "setting": "max_file_bytes=50 MB",
+            "seconds": elapsed, "exit": code, "peak_rss_mb": peak_kb / 1024,
+            "status": f"{kept.group(1) if kept else '?'} of 1 other document kept; {skipped}"}  # fmt: skip
+
+
+def control_name_row(work: Path) -> dict:
+    """File names and ids with control and bidi characters: ingested, looked up, escaped."""
+    kb = work / "names"
+    kb.mkdir()
+    (kb / "\x1b[31mred.md").write_text(
+        "# Red\nRefunds above 500 EUR need a finance lead.\n", encoding="utf-8"
+    )
+    (kb / "invoice\u202egpj.md").write_text("# Invoice\nInvoices go out monthly.\n", encoding="utf-8")
+    (kb / "nul.md").write_text('---\nid: "a\\x00b\\u202ec"\n---\n# Null\nThe billing cycle ends monthly.\n',
+                               encoding="utf-8")  # fmt: skip
+    config = load_config(overrides={"store.path": str(work / "names-store")})
+    started = time.perf_counter()
+    report = ingest(kb, config)
+    found, raw = set(), 0
+    with KnowledgeTool(config) as tool:
+        for query in ("refunds above 500 EUR finance lead", "invoices monthly", "billing cycle monthly"):
+            for block in tool.lookup(query).evidence_blocks:
+                found.add(block.doc_id)
+                fields = (block.doc_id, block.evidence_key, block.source or "", block.source_path or "")
+                raw += sum(len(CONTROLS.findall(text)) for text in fields)
+    return {"fault": "control/bidi characters in 3 file names and ids", "setting": "",
+            "seconds": time.perf_counter() - started, "exit": None,
+            "status": f"{report.documents} of 3 ingested, {len(found)} found, {raw} control characters in "
+                      f"results; skipped {len(report.skipped)}"}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/reliability_faults.json"))
@@ -370,9 +555,15 @@ def main() -> None:
     rows += hostile_file_rows(work)
     server.close()
 
-    print(f"{'fault':44} {'setting':30} {'seconds':>8} {'exit':>5}  status")
+    rows += hostile_message_rows(store, work)
+    rows.append(huge_id_row(work))
+    rows.append(control_name_row(work))
+
+    print(f"{'fault':58} {'setting':24} {'seconds':>8} {'exit':>5}  status")
     for r in rows:
-        print(f"{r['fault']:44} {r['setting']:30} {r['seconds']:8.3f} {r['exit']!s:>5}  {r['status']}")
+        extra = f" (peak RSS {r['peak_rss_mb']:.0f} MB)" if "peak_rss_mb" in r else ""
+        extra += f" (its reply {r['message_reply_s']:.2f} s)" if "message_reply_s" in r else ""
+        print(f"{r['fault']:58} {r['setting']:24} {r['seconds']:8.2f} {r['exit']!s:>5}  {r['status']}{extra}")
     print(f"(a fresh process spends {help_s:.1f} s on `lookup-knowledge --help` alone on this machine)")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -7,11 +7,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -31,6 +33,16 @@ class ConfigError(ValueError):
     """A configuration file or override that cannot be used; the message names the key."""
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine (``localhost`` or a loopback address)."""
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class _Section(BaseModel):
     # YAML (and so ``--set``) reads ``collection: 2024`` as a number: let text fields take it.
     model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True, allow_inf_nan=False)
@@ -46,6 +58,16 @@ class StoreConfig(_Section):
     shard_number: int | None = Field(None, ge=1)
     replication_factor: int | None = Field(None, ge=1)
     write_consistency_factor: int | None = Field(None, ge=1)
+    # send QDRANT_API_KEY over plain http to a host that is not this machine (refused otherwise)
+    allow_api_key_over_http: bool = False
+
+    @field_validator("collection")
+    @classmethod
+    def _not_only_dots(cls, value: str) -> str:
+        """``.`` and ``..`` name the store's folder or its parent, not a collection inside it."""
+        if not value.strip("."):
+            raise ValueError("a name made only of dots names a folder, not a collection")
+        return value
 
     @field_validator("path", mode="before")
     @classmethod
@@ -68,6 +90,20 @@ class StoreConfig(_Section):
             raise ValueError(
                 f"store.write_consistency_factor ({factor}) exceeds store.replication_factor ({copies}): "
                 "no write could gather that many replica acknowledgements"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _api_key_not_in_clear(self) -> StoreConfig:
+        """``QDRANT_API_KEY`` goes with every request: never over plain http to another host
+        unless ``store.allow_api_key_over_http`` says so (the key itself is never named)."""
+        if self.backend != "qdrant" or not self.url or not self.api_key or self.allow_api_key_over_http:
+            return self
+        parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
+        if parts.scheme.lower() != "https" and not _is_loopback(parts.hostname or ""):
+            raise ValueError(
+                f"{QDRANT_API_KEY_ENV} would be sent in clear over {parts.scheme}:// to {parts.hostname}: "
+                "use an https:// store.url (or set store.allow_api_key_over_http: true on a trusted network)"
             )
         return self
 

@@ -353,3 +353,98 @@ def test_write_consistency_above_the_replication_factor_is_refused() -> None:
     sets = [SERVER, "store.replication_factor=2", "store.write_consistency_factor=3"]
     with pytest.raises(ConfigError, match=r"write_consistency_factor \(3\) exceeds store.replication_factor"):
         load_config(overrides=sets)
+
+
+# --- names and keys that would reach the wrong place -------------------------------------------
+
+
+@pytest.mark.parametrize("name", [".", "..", "..."])
+def test_a_collection_made_only_of_dots_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match=r"^invalid configuration: store\.collection: .*only of dots"):
+        load_config(overrides={"store.collection": name})
+
+
+@pytest.mark.parametrize("name", ["knowledge", "kb.v2", "a..b", "-_x"])
+def test_a_collection_with_dots_among_other_characters_is_kept(name: str) -> None:
+    assert load_config(overrides={"store.collection": name}).store.collection == name
+
+
+def test_ingest_into_a_dots_collection_exits_2_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from lookup_knowledge import sample_knowledge_base
+    from lookup_knowledge.cli.app import app
+
+    store = tmp_path / "store"
+    args = [
+        "ingest",
+        str(sample_knowledge_base()),
+        "--set",
+        f"store.path={store}",
+        "--set",
+        "store.collection=..",
+    ]
+    outcome = CliRunner().invoke(app, args)
+    assert outcome.exit_code == 2
+    assert outcome.stderr.count("\n") == 1 and "store.collection" in outcome.stderr
+    assert list(tmp_path.iterdir()) == []  # neither the store folder nor its parent got anything
+
+
+REMOTE_IN_CLEAR = [
+    "http://10.0.0.5:6333",
+    "http://qdrant.example.com",
+    "qdrant.example.com:6333",
+    "HTTP://db:6333",
+]
+TRUSTED = ["https://qdrant.example.com", "http://localhost:6333", "http://127.0.0.1:6333", "http://[::1]:6333",
+           "http://qdrant.localhost:6333"]  # fmt: skip
+
+
+@pytest.mark.parametrize("url", REMOTE_IN_CLEAR)
+def test_an_api_key_over_plain_http_to_another_host_is_refused(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QDRANT_API_KEY", "s3cret-key")
+    with pytest.raises(ConfigError) as refused:
+        load_config(overrides={"store.backend": "qdrant", "store.url": url})
+    message = str(refused.value)
+    assert "QDRANT_API_KEY would be sent in clear" in message and "use an https:// store.url" in message
+    assert "s3cret-key" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("url", TRUSTED)
+def test_an_api_key_over_https_or_to_this_machine_is_sent(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QDRANT_API_KEY", "s3cret-key")
+    assert load_config(overrides={"store.backend": "qdrant", "store.url": url}).store.api_key == "s3cret-key"
+
+
+def test_the_operator_may_send_the_key_over_http_explicitly(monkeypatch: pytest.MonkeyPatch) -> None:
+    sets = {"store.backend": "qdrant", "store.url": "http://10.0.0.5:6333"}
+    monkeypatch.delenv("QDRANT_API_KEY", raising=False)
+    assert load_config(overrides=sets).store.url  # no key: nothing to protect
+    monkeypatch.setenv("QDRANT_API_KEY", "s3cret-key")
+    assert load_config(
+        overrides={**sets, "store.allow_api_key_over_http": True}
+    ).store.allow_api_key_over_http
+
+
+def test_the_cli_refuses_a_key_in_clear_before_any_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from lookup_knowledge.cli.app import app
+
+    monkeypatch.setenv("QDRANT_API_KEY", "s3cret-key")
+    # 192.0.2.1 (TEST-NET-1) never answers: a connection attempt would hang, not exit 2 at once
+    sets = [
+        "--set",
+        "store.backend=qdrant",
+        "--set",
+        "store.url=http://192.0.2.1:6333",
+        "--set",
+        "store.timeout_s=600",
+    ]
+    for command in (["query", "refund", "--json"], ["info"], ["ingest", "."], ["mcp"]):
+        outcome = CliRunner().invoke(app, [*command, *sets])
+        assert outcome.exit_code == 2, command
+        assert outcome.stderr.count("\n") == 1 and "use an https:// store.url" in outcome.stderr
+        assert "s3cret-key" not in outcome.stderr + outcome.stdout

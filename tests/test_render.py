@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from dataflow_fixtures import SampleKB, make_tool
+from typer.testing import CliRunner
 
 from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.cli.app import app
 from lookup_knowledge.cli.render import (
     dot_node_edge_set,
     execution_graph,
@@ -104,7 +106,7 @@ def _explain(store: Path, target: Path, env: dict[str, str] | None = None) -> su
 
 @pytest.mark.slow  # a CLI process that loads the model
 def test_explain_without_dot_prints_the_result_then_writes_dot_source(sample_store: Path) -> None:
-    target = sample_store / "missing" / "folder" / "q.png"
+    target = sample_store / "q.png"
     done = _explain(sample_store, target, _without_dot())
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["evidenceStatus"] == "evidence"  # the result comes first, whole
@@ -112,6 +114,23 @@ def test_explain_without_dot_prints_the_result_then_writes_dot_source(sample_sto
     source = target.with_suffix(".dot").read_text(encoding="utf-8")
     assert "query: refund approval" in source  # the picture is titled with the query
     assert "filtered_hits" in source and not target.exists()
+
+
+def test_explain_into_a_missing_folder_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "missing" / "dir"
+    store = tmp_path / "store"  # never opened: the folder is checked first
+    command = [
+        "query",
+        "refund approval",
+        "--explain",
+        str(missing / "x.png"),
+        "--set",
+        f"store.path={store}",
+    ]
+    done = CliRunner().invoke(app, command)
+    assert done.exit_code == 2
+    assert done.stderr.strip() == f"error: --explain: the folder {missing} does not exist"
+    assert done.stdout == "" and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow  # a CLI process that loads the model

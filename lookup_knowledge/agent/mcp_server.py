@@ -52,13 +52,14 @@ from lookup_knowledge.agent.tool_definition import (
     VerifyArguments,
     input_schema,
 )
-from lookup_knowledge.agent.verify import AnswerVerdict
+from lookup_knowledge.agent.verify import AnswerTooLongError, AnswerVerdict
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult
 
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "lookup-knowledge"
+MAX_LOG_CHARS = 500  # the most of one log message that reaches stderr
 INSTRUCTIONS = (
     "Evidence-first knowledge retrieval. Call lookup_knowledge(query) when an answer depends on "
     "the knowledge base, and cite the evidenceKey of every block you use. Before answering, call "
@@ -83,8 +84,12 @@ def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer
     def verify_answer(answer: str, check_uncited: bool = False) -> Annotated[CallToolResult, AnswerVerdict]:
         try:
             verdict = agent.verify_answer(answer, session, check_uncited=check_uncited)
-        except RecorderUnavailableError as exc:  # nothing to verify against: say so, serve on
-            message = f"verify_answer needs the invocation record: {exc}"
+        except (RecorderUnavailableError, AnswerTooLongError) as exc:  # say so, serve on
+            message = (
+                f"Invalid answer: {exc}"
+                if isinstance(exc, AnswerTooLongError)
+                else f"verify_answer needs the invocation record: {exc}"
+            )
             return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
         payload = verdict.model_dump(by_alias=True, mode="json")
         return CallToolResult(
@@ -119,7 +124,25 @@ def serve_stdio(config: Config) -> None:
     """
     with AgentLookup.from_config(config, require_store=False) as agent:
         agent.warm_up()  # the model loads before serving; the first call reports it (coldStartMs)
-        anyio.run(serve_frames, build_server(agent))
+        server = build_server(agent)  # the SDK sets up its log handler here
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(CappedLogText())
+        anyio.run(serve_frames, server)
+
+
+class CappedLogText(logging.Filter):
+    """Log messages cut to :data:`MAX_LOG_CHARS`: the SDK logs client text (an unknown tool's name,
+    a refused argument) in full, and one 100,000-character name filled 5,403 stderr lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: the handler reports it as it would have
+            return True
+        if len(message) > MAX_LOG_CHARS:
+            record.msg = f"{message[:MAX_LOG_CHARS]}... ({len(message):,} characters, cut)"
+            record.args = None
+        return True
 
 
 async def serve_frames(server: MCPServer) -> None:
@@ -145,8 +168,8 @@ async def _read_frames(
 ) -> None:
     """Each line to the server as a message, or answered here with a JSON-RPC error."""
     async with frames:
-        async for line in lines:
-            frame = read_frame(line)
+        async for line in lines:  # parsed off the event loop: the server serves meanwhile
+            frame = await anyio.to_thread.run_sync(read_frame, line)
             if isinstance(frame, JSONRPCError):
                 await replies.send(SessionMessage(frame))
             elif frame is not None:
@@ -180,25 +203,28 @@ def read_frame(line: str) -> SessionMessage | JSONRPCError | None:
         return _error(_valid_id(data.get("id") if isinstance(data, dict) else None), INVALID_REQUEST, message)
 
 
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]')  # JSON strings and brackets, in order
+# JSON strings and runs of brackets, in order. A string not closed runs to the end of the line
+# (one token): were it dropped, the scan would start a string again at each of its escaped
+# quotes and read the rest of the line from each, quadratic in its length.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)|[{\[]+|[}\]]+', re.DOTALL)
+_COLON = re.compile(r"[ \t\r\n]*:[ \t\r\n]*")
 
 
 def _top_level_id(line: str) -> int | str | None:
-    """The ``id`` member of the frame's outermost object, found without parsing the rest."""
+    """The ``id`` member of the frame's outermost object, found without parsing the rest, in one
+    pass over the line (each token read once, the value decoded at most once)."""
     depth = 0
     for token in _TOKENS.finditer(line):
         text = token.group()
-        if text in ("{", "["):
-            depth += 1
-        elif text in ("}", "]"):
-            depth -= 1
-        elif depth == 1 and text == '"id"':
-            rest = line[token.end() :].lstrip()
-            if rest.startswith(":"):
-                try:
-                    return _valid_id(json.JSONDecoder().raw_decode(rest[1:].lstrip())[0])
-                except ValueError:
-                    return None
+        if text[0] in "{[":
+            depth += len(text)
+        elif text[0] in "}]":
+            depth -= len(text)
+        elif depth == 1 and text == '"id"' and (colon := _COLON.match(line, token.end())):
+            try:
+                return _valid_id(json.JSONDecoder().raw_decode(line, colon.end())[0])
+            except (ValueError, RecursionError):
+                return None
     return None
 
 

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
 from pydantic_core import CoreSchema
 
+from lookup_knowledge.agent.verify import MAX_ANSWER_CHARS
+
 TOOL_NAME = "lookup_knowledge"
 
 TOOL_DESCRIPTION = """\
@@ -51,7 +53,10 @@ or a block quote next to the key is not verbatim in that block); "stale" (the bl
 changed since it was ingested). `verified` is true only when every citation is ok. If not: \
 repair the answer (cite only returned keys, quote the block's text exactly, look up again for \
 a stale or missing block) and verify again."""
-ANSWER_DESCRIPTION = "The full answer text as you would send it, citations and quotes included."
+ANSWER_DESCRIPTION = (
+    "The full answer text as you would send it, citations and quotes included "
+    f"(at most {MAX_ANSWER_CHARS:,} characters)."
+)
 UNCITED_DESCRIPTION = "Also list sentences that carry no citation (they then fail verification)."
 
 
@@ -68,7 +73,8 @@ class VerifyArguments(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    answer: str = Field(description=ANSWER_DESCRIPTION)
+    # the limit is listed, not validated here: the tool refuses a longer answer in one clear line
+    answer: str = Field(description=ANSWER_DESCRIPTION, json_schema_extra={"maxLength": MAX_ANSWER_CHARS})
     check_uncited: bool = Field(default=False, description=UNCITED_DESCRIPTION)
 
 

@@ -14,12 +14,17 @@ key ``docId#chunk-N`` or ``[docId#chunk-N]``; any regex with a ``key`` group) ge
 >>> verdict = verify_answer('Refunds "need approval" [refunds#chunk-0].', results=[result])  # doctest: +SKIP
 >>> verdict.verified, verdict.citations[0].status  # doctest: +SKIP
 (True, 'ok')
+
+An answer holds at most :data:`MAX_ANSWER_CHARS` characters (:class:`AnswerTooLongError`
+beyond), and every scan of it is linear in its length: an answer is client text, checked inside
+a server that serves other requests meanwhile.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -31,15 +36,35 @@ from lookup_knowledge.adapters.source_files import file_version
 from lookup_knowledge.adapters.text import escape_surrogates
 from lookup_knowledge.contract import ContractModel, InvocationRecordStatus, LookupResult
 
-CITATION_PATTERN = r"\[?(?P<key>[^\s\[\]()<>\"'`,;]+#chunk-\d+)\]?"
+_KEY_CHARS = r"[^\s\[\]()<>\"'`,;]"  # what a key is made of
+# A key starts where a run of key characters starts (the lookbehind): without it a run holding
+# no "#chunk-" was scanned again from each of its characters, quadratic in its length.
+CITATION_PATTERN = rf"\[?(?<!{_KEY_CHARS})(?P<key>{_KEY_CHARS}+#chunk-\d+)\]?"
+MAX_ANSWER_CHARS = 100_000  # the longest answer verify_answer takes (API, CLI, MCP)
+MAX_LISTED_QUOTES = 20  # quotes listed per citation; its status counts all of them
 MIN_UNCITED_WORDS = 4  # shorter sentences ("In short:") carry no claim worth a citation
 CitationStatus = Literal["ok", "not_returned", "unknown_key", "quote_mismatch", "stale"]
 
-_INLINE_QUOTE = re.compile(r'"(?P<a>[^"\n]+)"|\u201c(?P<b>[^\u201d]+)\u201d')
-_ELLIPSIS = re.compile(r"\s*(?:\.\.\.|\u2026)\s*")
+# A curly quote ends at the next opening one too: an opening quote never closed must not make
+# every later one scan to the end of the answer.
+_INLINE_QUOTE = re.compile(r'"(?P<a>[^"\n]+)"|\u201c(?P<b>[^\u201c\u201d]+)\u201d')
+_ELLIPSIS = re.compile(r"\.\.\.|\u2026")  # the parts around it are whitespace-normalized
 _GROUP_GAP = re.compile(r"[\s,;]*(?:and\s+)?")  # what may separate the keys of one citation group
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n\s*\n")
 _PARAGRAPH_END = re.compile(r"\n\s*\n")
+_BLOCK_QUOTE = re.compile(r"(?:^[ \t]*>.*(?:\n|$))+", re.MULTILINE)
+_QUOTE_MARKER = re.compile(r"^[ \t]*> ?", re.MULTILINE)
+_REST_OF_NEXT_LINE = re.compile(r"\s*[^\n]*")
+
+
+class AnswerTooLongError(ValueError):
+    """An answer longer than :data:`MAX_ANSWER_CHARS`: refused before it is read."""
+
+    def __init__(self, length: int, limit: int = MAX_ANSWER_CHARS) -> None:
+        super().__init__(
+            f"the answer has {length:,} characters; verify_answer takes at most {limit:,} "
+            "(verify each part of a longer answer separately)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,22 +180,28 @@ def verify_answer(
     citation_pattern: str = CITATION_PATTERN,
     check_uncited: bool = False,
     session_id: str | None = None,
+    max_chars: int | None = MAX_ANSWER_CHARS,
 ) -> AnswerVerdict:
     """Check ``answer`` against the blocks of ``results`` and ``returned`` (later ones win).
 
     ``known_keys(keys)`` says which of the keys not returned exist elsewhere (``not_returned``
     rather than ``unknown_key``); ``is_current`` whether a block's source is unchanged (default:
-    :func:`source_is_current`).
+    :func:`source_is_current`). Raises :class:`AnswerTooLongError` for an answer longer than
+    ``max_chars`` (``None``: no limit).
     """
+    if max_chars is not None and len(answer) > max_chars:
+        raise AnswerTooLongError(len(answer), max_chars)
     by_key = {block.key: block for block in [*returned, *returned_blocks(results)]}
-    pattern = re.compile(citation_pattern)
-    citations = [_Citation(m.group("key"), m.start(), m.end()) for m in pattern.finditer(answer)]
-    quotes = _attributed_quotes(answer, citations)
+    found = re.compile(citation_pattern).finditer(answer)
+    layout = _Layout(answer, [_Citation(m.group("key"), m.start(), m.end()) for m in found])
+    citations = layout.citations
+    quotes = _attributed_quotes(answer, layout)
     absent = {c.key for c in citations} - by_key.keys()
     known = known_keys(absent) if known_keys and absent else set()
     current = _cached(is_current or source_is_current)
-    verdicts = [_citation_verdict(c, quotes, by_key, known, current) for c in citations]
-    uncited = _uncited_sentences(answer, citations) if check_uncited else []
+    listed, mismatched = _quote_checks(quotes, by_key)
+    verdicts = [_citation_verdict(c, listed, mismatched, by_key, known, current) for c in citations]
+    uncited = _uncited_sentences(answer, layout) if check_uncited else []
     unattributed = [q.text for q in quotes if not q.keys]
     verified = bool(verdicts) and all(v.status == "ok" for v in verdicts) and not uncited
     ids = sorted({b.invocation_id for b in by_key.values() if b.invocation_id is not None})
@@ -207,9 +238,91 @@ def _cached(check: Callable[[ReturnedBlock], bool]) -> Callable[[ReturnedBlock],
     return cached
 
 
+class _Boundaries:
+    """Where the matches of a boundary pattern (sentence or paragraph ends) lie in the answer."""
+
+    def __init__(self, answer: str, boundary: re.Pattern[str]) -> None:
+        spans = [match.span() for match in boundary.finditer(answer)]
+        self.starts = [start for start, _ in spans]
+        self.ends = [end for _, end in spans]
+        self.length = len(answer)
+
+    def around(self, start: int, end: int) -> tuple[int, int]:
+        """The unit (sentence or paragraph) holding the quote ``answer[start:end]``."""
+        before = bisect_right(self.ends, start) - 1
+        after = bisect_left(self.starts, end)
+        return (
+            self.ends[before] if before >= 0 else 0,
+            self.ends[after] if after < len(self.starts) else self.length,
+        )
+
+
+class _Layout:
+    """The answer's citations, citation groups, sentences and paragraphs, searchable by position
+    (bisection: each quote and sentence is placed in logarithmic time, never by a scan)."""
+
+    def __init__(self, answer: str, citations: list[_Citation]) -> None:
+        self.citations = citations
+        self.starts = [c.start for c in citations]
+        self.groups = _groups(citations, answer)
+        self.group_keys = [tuple(c.key for c in group) for group in self.groups]  # shared by its quotes
+        self.first_starts = [group[0].start for group in self.groups]
+        self.last_starts = [group[-1].start for group in self.groups]
+        self.sentences = _Boundaries(answer, _SENTENCE_END)
+        self.paragraphs = _Boundaries(answer, _PARAGRAPH_END)
+
+    def citations_in(self, lo: int, hi: int) -> list[_Citation]:
+        """The citations starting in ``[lo, hi)``."""
+        return self.citations[bisect_left(self.starts, lo) : bisect_left(self.starts, hi)]
+
+    def first_group_in(self, lo: int, hi: int) -> tuple[str, ...] | None:
+        """The keys of the first group whose first citation starts in ``[lo, hi)``."""
+        i = bisect_left(self.first_starts, lo)
+        return self.group_keys[i] if i < len(self.groups) and self.first_starts[i] < hi else None
+
+    def last_group_ending_in(self, lo: int, hi: int) -> tuple[str, ...] | None:
+        """The keys of the last group whose last citation starts in ``[lo, hi)``."""
+        i = bisect_left(self.last_starts, hi) - 1
+        return self.group_keys[i] if i >= 0 and self.last_starts[i] >= lo else None
+
+
+def _quote_checks(
+    quotes: list[_Quote], by_key: dict[str, ReturnedBlock]
+) -> tuple[dict[str, list[QuoteCheck]], set[str]]:
+    """Each quote checked once against the returned blocks of its citation group: the checks
+    listed per key (at most :data:`MAX_LISTED_QUOTES`) and the keys a quote attributed to them
+    is in none of."""
+    listed: dict[str, list[QuoteCheck]] = {}
+    mismatched: set[str] = set()
+    haystacks: dict[str, str] = {}
+    returned_keys: dict[int, list[str]] = {}  # per group (its keys' tuple): its keys returned, once each
+    for quote in quotes:
+        if (keys := returned_keys.get(id(quote.keys))) is None:
+            keys = returned_keys[id(quote.keys)] = [key for key in dict.fromkeys(quote.keys) if key in by_key]
+        if not keys:
+            continue
+        parts = _quote_parts(quote.text)
+        holder = None
+        for key in keys:
+            if key not in haystacks:
+                haystacks[key] = _normalized(by_key[key].content)
+            if _occurs(parts, haystacks[key]):
+                holder = key
+                break
+        check = QuoteCheck(text=quote.text, found_in=holder)
+        for key in keys:
+            if holder is None:
+                mismatched.add(key)
+            entries = listed.setdefault(key, [])
+            if len(entries) < MAX_LISTED_QUOTES:
+                entries.append(check)
+    return listed, mismatched
+
+
 def _citation_verdict(
     citation: _Citation,
-    quotes: list[_Quote],
+    listed: dict[str, list[QuoteCheck]],
+    mismatched: set[str],
     by_key: dict[str, ReturnedBlock],
     known: set[str],
     is_current: Callable[[ReturnedBlock], bool],
@@ -223,9 +336,7 @@ def _citation_verdict(
             else ("no lookup returned this key and the knowledge base does not hold its document")
         )
         return CitationVerdict(evidence_key=citation.key, status=status, offset=citation.start, detail=detail)
-    mine = [q for q in quotes if citation.key in q.keys]
-    checks = [QuoteCheck(text=q.text, found_in=_holder(q, by_key)) for q in mine]
-    if any(check.found_in is None for check in checks):
+    if citation.key in mismatched:
         status, detail = "quote_mismatch", "a quote attributed to it is not in its content"
     elif not is_current(block):
         status, detail = "stale", f"its source {block.source or ''} changed or vanished since it was ingested"
@@ -235,32 +346,25 @@ def _citation_verdict(
         evidence_key=citation.key,
         status=status,
         offset=citation.start,
-        quotes=checks,
+        quotes=listed.get(citation.key, []),
         invocation_id=block.invocation_id,
         detail=detail,
     )
-
-
-def _holder(quote: _Quote, by_key: dict[str, ReturnedBlock]) -> str | None:
-    """The first key of the quote's citation group whose content holds the quote."""
-    for key in quote.keys:
-        block = by_key.get(key)
-        if block is not None and _occurs(quote.text, block.content):
-            return key
-    return None
 
 
 def _normalized(text: str) -> str:
     return " ".join(text.split())
 
 
-def _occurs(quote: str, content: str) -> bool:
-    """Whether ``quote`` (its parts around ``...`` in order) occurs in ``content``, whitespace-normalized."""
-    haystack = _normalized(content)
+def _quote_parts(quote: str) -> list[str]:
+    """The parts of a quote around ``...`` / ``…``, whitespace-normalized, empty ones dropped."""
+    return [part for part in (_normalized(p) for p in _ELLIPSIS.split(quote)) if part]
+
+
+def _occurs(parts: list[str], haystack: str) -> bool:
+    """Whether the quote's ``parts`` occur in order in ``haystack`` (whitespace-normalized content)."""
     position = 0
-    for part in (_normalized(p) for p in _ELLIPSIS.split(quote)):
-        if not part:
-            continue
+    for part in parts:
         found = haystack.find(part, position)
         if found < 0:
             return False
@@ -272,96 +376,76 @@ def _groups(citations: list[_Citation], answer: str) -> list[list[_Citation]]:
     """Citations next to each other (``[a] [b]``, ``a, b``) as one group."""
     groups: list[list[_Citation]] = []
     for citation in citations:
-        if groups and _GROUP_GAP.fullmatch(answer[groups[-1][-1].end : citation.start]):
+        if groups and _GROUP_GAP.fullmatch(answer, groups[-1][-1].end, citation.start):
             groups[-1].append(citation)
         else:
             groups.append([citation])
     return groups
 
 
-def _attributed_quotes(answer: str, citations: list[_Citation]) -> list[_Quote]:
+def _attributed_quotes(answer: str, layout: _Layout) -> list[_Quote]:
     """Block quotes and inline quotes, each with the citation group it is attributed to."""
-    groups = _groups(citations, answer)
-    block_quotes, covered = _block_quotes(answer, citations, groups)
+    block_quotes = _block_quotes(answer, layout)
+    covered_starts = [q.start for q in block_quotes]
     inline = []
     for match in _INLINE_QUOTE.finditer(answer):
-        if any(start <= match.start() < end for start, end in covered):
+        i = bisect_right(covered_starts, match.start()) - 1
+        if i >= 0 and match.start() < block_quotes[i].end:  # inside a block quote
             continue
         text = match.group("a") or match.group("b")
-        keys = _nearest_group(answer, match.start(), match.end(), groups)
+        keys = _nearest_group(match.start(), match.end(), layout)
         inline.append(_Quote(text, match.start(), match.end(), keys))
     return [*block_quotes, *inline]
 
 
-def _block_quotes(
-    answer: str, citations: list[_Citation], groups: list[list[_Citation]]
-) -> tuple[list[_Quote], list[tuple[int, int]]]:
+def _block_quotes(answer: str, layout: _Layout) -> list[_Quote]:
     """Runs of ``>`` lines: attributed to the keys inside them, else to the group on the next
     non-blank line, else on the line before."""
-    quotes, covered = [], []
-    for match in re.finditer(r"(?:^[ \t]*>.*(?:\n|$))+", answer, re.MULTILINE):
-        start, end = match.start(), match.end()
-        inside = [c for c in citations if start <= c.start < end]
-        text = re.sub(r"^[ \t]*> ?", "", match.group(), flags=re.MULTILINE)
-        for citation in sorted(inside, key=lambda c: -c.start):  # the keys are not part of the quote
-            offset = citation.start - start
-            text = _cut(text, match.group(), offset, citation.end - citation.start)
-        keys = tuple(c.key for c in inside) or _adjacent_line_group(answer, start, end, groups)
+    quotes = []
+    for match in _BLOCK_QUOTE.finditer(answer):
+        start, end = match.span()
+        inside = layout.citations_in(start, end)
+        pieces, at = [], start
+        for citation in inside:  # the keys are not part of the quote
+            pieces += [answer[at : citation.start], " "]
+            at = max(at, min(citation.end, end))
+        pieces.append(answer[at:end])
+        text = _QUOTE_MARKER.sub("", "".join(pieces))
+        keys = tuple(c.key for c in inside) or _adjacent_line_group(answer, start, end, layout)
         quotes.append(_Quote(text.strip(), start, end, keys))
-        covered.append((start, end))
-    return quotes, covered
+    return quotes
 
 
-def _cut(stripped: str, raw: str, raw_offset: int, length: int) -> str:
-    """``stripped`` (``raw`` without its ``>`` markers) without the key found at ``raw_offset``."""
-    key = raw[raw_offset : raw_offset + length]
-    return stripped.replace(key, " ", 1)
-
-
-def _adjacent_line_group(answer: str, start: int, end: int, groups: list[list[_Citation]]) -> tuple[str, ...]:
-    rest = answer[end:]
-    next_line = re.match(r"\s*[^\n]*", rest)
-    next_span = (end, end + next_line.end()) if next_line else (end, end)
+def _adjacent_line_group(answer: str, start: int, end: int, layout: _Layout) -> tuple[str, ...]:
+    next_line = _REST_OF_NEXT_LINE.match(answer, end)
+    next_span = (end, next_line.end() if next_line else end)
     line_before_start = answer.rfind("\n", 0, max(start - 1, 0)) + 1
     for lo, hi in (next_span, (line_before_start, start)):
-        for group in groups:
-            if lo <= group[0].start < hi:
-                return tuple(c.key for c in group)
+        group = layout.first_group_in(lo, hi)
+        if group is not None:
+            return group
     return ()
 
 
-def _nearest_group(answer: str, start: int, end: int, groups: list[list[_Citation]]) -> tuple[str, ...]:
+def _nearest_group(start: int, end: int, layout: _Layout) -> tuple[str, ...]:
     """The first group after the quote in its sentence, else the last before it in the sentence,
     else the same in its paragraph."""
-    for lo, hi in (
-        _span(answer, start, end, _SENTENCE_END),
-        _span(answer, start, end, re.compile(r"\n\s*\n")),
-    ):
-        after = [g for g in groups if end <= g[0].start < hi]
-        before = [g for g in groups if lo <= g[-1].start < start]
-        if after or before:
-            group = after[0] if after else before[-1]
-            return tuple(c.key for c in group)
+    for unit in (layout.sentences, layout.paragraphs):
+        lo, hi = unit.around(start, end)
+        group = layout.first_group_in(end, hi) or layout.last_group_ending_in(lo, start)
+        if group is not None:
+            return group
     return ()
 
 
-def _span(answer: str, start: int, end: int, boundary: re.Pattern[str]) -> tuple[int, int]:
-    """The unit (sentence or paragraph) holding ``answer[start:end]``: boundaries inside it ignored."""
-    lo = 0
-    for match in boundary.finditer(answer, 0, start):
-        lo = match.end()
-    after = boundary.search(answer, end)
-    return lo, after.end() if after else len(answer)
-
-
-def _uncited_sentences(answer: str, citations: list[_Citation]) -> list[str]:
+def _uncited_sentences(answer: str, layout: _Layout) -> list[str]:
     """Sentences of at least :data:`MIN_UNCITED_WORDS` words holding no citation (headings and
     block quotes aside)."""
     uncited, lo = [], 0
     for match in [*_SENTENCE_END.finditer(answer), None]:
         hi = match.end() if match else len(answer)
         sentence = answer[lo:hi].strip()
-        cited = any(lo <= c.start < hi for c in citations)
+        cited = bool(layout.citations_in(lo, hi))
         if not cited and len(sentence.split()) >= MIN_UNCITED_WORDS and not sentence.startswith(("#", ">")):
             uncited.append(_normalized(sentence))
         lo = hi

@@ -273,6 +273,8 @@ def query_command(
     from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
     from lookup_knowledge.agent.request import failure_result, query_problem
 
+    if explain is not None and not explain.parent.is_dir():  # never created: may not be ours to make
+        fail(f"--explain: the folder {explain.parent} does not exist")
     settings = _config(config, [*(overrides or []), *_principal_overrides(principals)])
     session = session or new_session_id("cli")  # recorded under an id of its own, never blank
     problem = query_problem(text, settings.retrieval.max_query_chars)
@@ -384,15 +386,21 @@ def verify_command(
     from lookup_knowledge.adapters.l0_index import L0Index, L0IndexError
     from lookup_knowledge.adapters.recorder import RecorderUnavailableError
     from lookup_knowledge.agent.lookup import build_recorder, verify_in_session
-    from lookup_knowledge.agent.verify import CITATION_PATTERN
+    from lookup_knowledge.agent.verify import CITATION_PATTERN, MAX_ANSWER_CHARS
     from lookup_knowledge.stores import l0_index_path
 
     if not session:
         fail("--session is required: the session whose lookups the answer cites")
-    try:
-        answer = answer_file.read_text(encoding="utf-8") if answer_file else sys.stdin.read()
+    try:  # one character past the limit at most: a huge file is never read whole
+        if answer_file:
+            with answer_file.open(encoding="utf-8") as source:
+                answer = source.read(MAX_ANSWER_CHARS + 1)
+        else:
+            answer = sys.stdin.read(MAX_ANSWER_CHARS + 1)
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"cannot read the answer: {exc}")
+    if len(answer) > MAX_ANSWER_CHARS:
+        fail(f"the answer has more than {MAX_ANSWER_CHARS:,} characters, the most verify takes: split it")
     settings = _config(config, overrides)
     recorder = build_recorder(settings)
     try:

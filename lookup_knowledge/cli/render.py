@@ -157,9 +157,11 @@ def render_execution(
     tool: Any, result: LookupResult, inputs: dict[str, Any], path: str | Path
 ) -> RenderReport:
     """Write the executed path to ``path`` in the format its suffix names (``.png``, ``.svg``, ...;
-    ``.dot`` for the source). Without ``dot`` an image request writes the DOT source beside it."""
+    ``.dot`` for the source). Without ``dot`` an image request writes the DOT source beside it.
+    The folder must exist: it is never created."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():
+        raise ValueError(f"the folder {path.parent} does not exist")
     graph = execution_graph(tool, result, inputs)
     fmt = path.suffix.lstrip(".").lower() or "png"
     if fmt not in graphviz.FORMATS:
