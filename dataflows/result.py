@@ -243,10 +243,14 @@ def _count(n: int, noun: str) -> str:
 
 
 def retrieved_domains_this_session(
-    evidence_blocks: list[EvidenceBlock], prior_session_domains: list[str] | None = None
+    evidence_status: EvidenceStatus,
+    evidence_blocks: list[EvidenceBlock],
+    prior_session_domains: list[str] | None = None,
 ) -> list[str]:
-    """Domains of the evidence this session got so far, first seen first, this call included."""
-    return list(dict.fromkeys([*(prior_session_domains or []), *evidence_domains(evidence_blocks)]))
+    """Domains of the evidence this session was returned so far, first seen first, this call
+    included: only when it returns its blocks (``evidence``); blocks the verdict held back add none."""
+    returned = evidence_blocks if evidence_status == "evidence" else []
+    return list(dict.fromkeys([*(prior_session_domains or []), *evidence_domains(returned)]))
 
 
 def lookup_result(
