@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from lookup_knowledge import AgentLookup, KnowledgeTool
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
+from lookup_knowledge.adapters.search import UNRESTRICTED
 from lookup_knowledge.agent.lookup import invocation_db_url
 from lookup_knowledge.agent.tool_definition import (
     TOOL_DESCRIPTION,
@@ -159,7 +160,7 @@ def test_session_domains_come_from_the_record(
     agent.close()  # a new process, say: no in-memory session memory, only the record
     recorder = InvocationRecorder(invocation_db_url(store_config))
     with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as fresh:
-        assert fresh.tool.session_domains("domains-recorded") == []
+        assert fresh.tool.sessions.domains("domains-recorded", UNRESTRICTED) == []
         result = fresh.call(KAFKA_QUERY, session_id="domains-recorded")
     assert result.retrieved_domains_this_session[0] == "payments"
 

@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from importlib.metadata import version
 from io import TextIOWrapper
 from typing import Annotated, Any
@@ -66,13 +66,16 @@ INSTRUCTIONS = (
 )
 
 
-def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer:
+def build_server(
+    agent: AgentLookup, session_id: str | None = None, *, principals: Sequence[str] | None = None
+) -> MCPServer:
     """An MCP server exposing ``lookup_knowledge(query)`` and ``verify_answer(answer)``; their calls
-    share ``session_id`` (default: fresh)."""
+    share ``session_id`` (default: fresh), each made as a caller of ``principals`` (``None``:
+    ``access.principals``)."""
     session = session_id or new_session_id("mcp")
 
     def lookup_knowledge(query: str) -> Annotated[CallToolResult, LookupResult]:
-        result = agent.call(query, session)
+        result = agent.call(query, session, principals=principals)
         payload = result.model_dump(by_alias=True, mode="json")
         return CallToolResult(
             content=[TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
@@ -82,7 +85,7 @@ def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer
 
     def verify_answer(answer: str, check_uncited: bool = False) -> Annotated[CallToolResult, AnswerVerdict]:
         try:
-            verdict = agent.verify_answer(answer, session, check_uncited=check_uncited)
+            verdict = agent.verify_answer(answer, session, check_uncited=check_uncited, principals=principals)
         except RecorderUnavailableError as exc:  # nothing to verify against: say so, serve on
             message = f"verify_answer needs the invocation record: {exc}"
             return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
@@ -110,16 +113,17 @@ def _defined_tool(fn: Callable[..., Any], name: str, description: str, arguments
     return tool.model_copy(update={"fn_metadata": metadata, "parameters": input_schema(arguments)})
 
 
-def serve_stdio(config: Config) -> None:
-    """Serve the configured tool over stdio until the client disconnects.
+def serve_stdio(config: Config, principals: Sequence[str] | None = None) -> None:
+    """Serve the configured tool over stdio until the client disconnects, every call made as a
+    caller of ``principals`` (``None``: ``access.principals``).
 
     A server store that is down serves anyway: each call answers ``retrieval_failed`` within
     ``store.timeout_s`` until the store is back. The query model loads before serving, so the
     first call is bounded like the others. Every frame gets an answer (:func:`read_frame`).
     """
     with AgentLookup.from_config(config, require_store=False) as agent:
-        agent.warm_up()  # the model loads before serving; the first call reports it (coldStartMs)
-        anyio.run(serve_frames, build_server(agent))
+        agent.warm_up(principals)  # the model loads before serving; the first call reports it (coldStartMs)
+        anyio.run(serve_frames, build_server(agent, principals=principals))
 
 
 async def serve_frames(server: MCPServer) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import sys
 import threading
 import time
@@ -24,10 +23,18 @@ from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.errors import StoreError, StoreLockedError
 from lookup_knowledge.adapters.l0_index import index_saved
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder, RecorderUnavailableError
+from lookup_knowledge.agent.failures import rejected_result, retrieval_failed_result
 from lookup_knowledge.agent.invocation_row import invocation_row
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.agent.lookup import AgentLookup, build_recorder, new_session_id
-from lookup_knowledge.agent.request import failure_result, query_problem, session_key
+from lookup_knowledge.agent.request import (
+    LookupRequest,
+    RejectedRequest,
+    RequestSettings,
+    access_scope,
+    lookup_request,
+    session_key,
+)
 from lookup_knowledge.cli.display import print_result
 from lookup_knowledge.cli.eval import register as register_eval_commands
 from lookup_knowledge.cli.info import describe
@@ -57,14 +64,9 @@ PrincipalOption = Annotated[
         "--principal",
         "-p",
         help="A group or user the caller is (repeatable): only documents whose access names one of them "
-        "or public are seen. Sets access.principals; without it and without that key, unrestricted.",
+        "or public are seen. Default: access.principals; without that key, unrestricted.",
     ),
 ]
-
-
-def _principal_overrides(principals: list[str] | None) -> list[str]:
-    """``--principal`` values as the ``access.principals`` override (none given: no override)."""
-    return [f"access.principals={json.dumps(principals, ensure_ascii=False)}"] if principals else []
 
 
 @app.callback()
@@ -240,28 +242,30 @@ def query_command(
     principals: PrincipalOption = None,
 ) -> None:
     """Look up knowledge for a query and print the evidence, the fallback decision and the context."""
-    settings = _config(config, [*(overrides or []), *_principal_overrides(principals)])
+    settings = _config(config, overrides)
     session = session or new_session_id("cli")  # recorded under an id of its own, never blank
-    problem = query_problem(text, settings.retrieval.max_query_chars)
-    if problem is not None:
-        rejected = failure_result(text, "invalid_input", f"Invalid query: {problem}.", [])
+    request = lookup_request(
+        text, session, principals=principals, settings=RequestSettings.from_config(settings)
+    )
+    if isinstance(request, RejectedRequest):  # refused before the store opens
+        rejected = rejected_result(request, [])
         if not no_record:
-            _record_unrun(settings, text, session, rejected.model_copy(update={"query": text[:200]}))
+            _record_unrun(settings, request.session_id, rejected)
         if as_json:  # the agent's contract on stdout, as for an outage; the reason on stderr
             _print_lookup(rejected, as_json, indent)
-        fail(f"invalid query: {problem}")
+        fail(f"invalid query: {request.problem}")
     try:
         agent = AgentLookup.from_config(settings, record=not no_record, require_store=True)  # fails fast
     except StoreError as exc:  # the agent's contract: a retrieval_failed result (exit code 1)
-        failed = failure_result(text, "retrieval_failed", f"Knowledge retrieval failed: {exc}", [])
+        failed = retrieval_failed_result(request.query, exc, [])
         if not no_record:
-            _record_unrun(settings, text, session, failed)
+            _record_unrun(settings, request.session_id, failed)
         _print_lookup(failed, as_json, indent)
         raise typer.Exit(1) from None
     with agent:
-        cold_ms = agent.warm_up()  # a cold start: reported apart from the lookup it precedes
+        cold_ms = agent.warm_up(principals)  # a cold start: reported apart from the lookup it precedes
         started = time.perf_counter()
-        result = agent.call(text, session_id=session)
+        result = agent.run(request)
         took_ms = (time.perf_counter() - started) * 1000
         _print_lookup(result, as_json, indent)
         if not as_json:
@@ -270,15 +274,16 @@ def query_command(
                 "search) that every query command pays; `lookup-knowledge shell` pays it once"
             )
         if explain is not None:
-            _explain(agent, result, text, explain)
+            _explain(agent, result, request, explain)
     if result.evidence_status == "retrieval_failed":
         raise typer.Exit(1)
 
 
-def _explain(agent: AgentLookup, result: LookupResult, text: str, path: Path) -> None:
+def _explain(agent: AgentLookup, result: LookupResult, request: LookupRequest, path: Path) -> None:
     """Draw the executed path after the result is printed; a drawing problem is one line, not a failure."""
+    inputs = agent.tool.dataflow_inputs(request.query, scope=request.scope)
     try:
-        drawn = render_execution(agent.tool, result, agent.tool.dataflow_inputs(text), path)
+        drawn = render_execution(agent.tool, result, inputs, path)
     except (ValueError, OSError) as exc:
         note(f"[yellow]executed path not drawn:[/] {escape(str(exc))}")
         return
@@ -296,7 +301,7 @@ def _print_lookup(result: LookupResult, as_json: bool, indent: int | None = None
         print_result(console, result)
 
 
-def _record_unrun(settings: Config, text: str, session: str | None, result: LookupResult) -> None:
+def _record_unrun(settings: Config, session: str | None, result: LookupResult) -> None:
     """A call answered before the store opened (rejected, or the store unavailable) is still
     recorded; into the default SQLite file only where a knowledge store was ingested, so a
     mistyped ``store.path`` creates nothing."""
@@ -304,7 +309,7 @@ def _record_unrun(settings: Config, text: str, session: str | None, result: Look
         return
     recorder = build_recorder(settings)
     try:
-        recorder.record(invocation_row(text, session, result, latency_ms=0.0))
+        recorder.record(invocation_row(session, result, latency_ms=0.0))
     except RecorderUnavailableError as exc:
         note(f"[yellow]not recorded:[/] {escape(str(exc))}")
     finally:
@@ -515,9 +520,11 @@ def mcp_command(
         fail(str(exc))
     from lookup_knowledge.agent.mcp_server import serve_stdio  # the MCP SDK loads only for this command
 
-    settings = _config(config, [*(overrides or []), *_principal_overrides(principals)])
+    settings = _config(config, overrides)
+    if access_scope(principals).sees_nothing:
+        fail("--principal: each principal must be a nonblank name")
     try:
-        serve_stdio(settings)
+        serve_stdio(settings, principals)
     except StoreError as exc:
         fail(str(exc), code=1)
 
