@@ -1,5 +1,6 @@
 """The dependency direction of docs/architecture.md: the DAG's nodes and the adapters never
-import the layers built on them (``eval``, ``agent``, ``cli``); the port's wrappers forward all of it."""
+import the layers built on them (``eval``, ``agent``, ``cli``); the port's wrappers forward all of
+it; and each choice's ``Literal`` values are declared once."""
 
 from __future__ import annotations
 
@@ -51,3 +52,71 @@ def test_every_port_wrapper_forwards_every_port_method(wrapper: type) -> None:
     default = vars(KnowledgeSearchPort)
     inherited = [name for name in PORT_METHODS if getattr(wrapper, name) is default[name]]
     assert inherited == [], f"{wrapper.__name__} does not forward {inherited}"
+
+
+# --- one definition per concept -----------------------------------------------------------------
+
+PACKAGE_FILES = sorted(
+    path
+    for folder in ("lookup_knowledge", "dataflows", "adapters", "configs")
+    for path in (ROOT / folder).rglob("*.py")
+)
+
+
+def literal_declarations(path: Path) -> list[tuple[frozenset, int]]:
+    """Each ``Literal[...]`` of two or more values in a file (aliases and inline annotations
+    alike): its set of values, and its line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "Literal"
+        ):
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            values = frozenset(item.value for item in items if isinstance(item, ast.Constant))
+            if len(values) > 1:
+                found.append((values, node.lineno))
+    return found
+
+
+def test_each_set_of_literal_values_is_declared_once() -> None:
+    """A choice (``Quantize``, a backend, a text format) spelled in two places drifts apart."""
+    places: dict[frozenset, list[str]] = {}
+    for path in PACKAGE_FILES:
+        for values, line in literal_declarations(path):
+            places.setdefault(values, []).append(f"{path.relative_to(ROOT)}:{line}")
+    repeated = {tuple(sorted(values)): where for values, where in places.items() if len(where) > 1}
+    assert repeated == {}
+
+
+def test_the_check_sees_an_inline_literal(tmp_path: Path) -> None:
+    module = tmp_path / "config.py"
+    module.write_text(
+        'Quantize = Literal["none", "int8"]\nx: Literal["int8", "none"] = "none"\n', encoding="utf-8"
+    )
+    assert literal_declarations(module) == [
+        (frozenset({"none", "int8"}), 1),
+        (frozenset({"none", "int8"}), 2),
+    ]
+
+
+def literal_aliases(path: Path) -> list[str]:
+    """The module-level names a file binds to a ``Literal[...]``."""
+    return [
+        ast.unparse(target)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Subscript)
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "Literal"
+        for target in node.targets
+    ]
+
+
+def test_each_literal_alias_is_defined_once() -> None:
+    homes: dict[str, list[str]] = {}
+    for path in PACKAGE_FILES:
+        for name in literal_aliases(path):
+            homes.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    assert {name: where for name, where in homes.items() if len(where) > 1} == {}
