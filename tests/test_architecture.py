@@ -1,17 +1,22 @@
 """The dependency direction of docs/architecture.md: the DAG's nodes and the adapters never
 import the layers built on them (``eval``, ``agent``, ``cli``); the port's wrappers forward all of
-it; and each choice's ``Literal`` values are declared once."""
+it; and each concept is declared once (a choice's ``Literal`` values, a contract type)."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 
+from lookup_knowledge import contract
 from lookup_knowledge.adapters.search import KnowledgeSearchPort
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort
+from lookup_knowledge.dataflows.retrieval import fallback_decision
 
 ROOT = Path(__file__).resolve().parents[1]
 UPPER_LAYERS = ("lookup_knowledge.eval", "lookup_knowledge.agent", "lookup_knowledge.cli")
@@ -120,3 +125,47 @@ def test_each_literal_alias_is_defined_once() -> None:
         for name in literal_aliases(path):
             homes.setdefault(name, []).append(str(path.relative_to(ROOT)))
     assert {name: where for name, where in homes.items() if len(where) > 1} == {}
+
+
+def _dag_types() -> dict[str, set[str]]:
+    """The dataclasses the DAG's modules declare, with their fields."""
+    declared = {}
+    for path in sorted(ROOT.glob("dataflows/*.py")):
+        module = importlib.import_module(f"lookup_knowledge.dataflows.{path.stem}")
+        for name, member in vars(module).items():
+            if dataclasses.is_dataclass(member) and member.__module__ == module.__name__:
+                declared[name] = {field.name for field in dataclasses.fields(member)}
+    return declared
+
+
+DAG_TYPES = _dag_types()
+CONTRACT_MODELS = {
+    name: set(member.model_fields)
+    for name, member in vars(contract).items()
+    if isinstance(member, type)
+    and issubclass(member, contract.ContractModel)
+    and member is not contract.ContractModel
+}
+_VERDICT_PENDING = pytest.mark.xfail(
+    strict=True, reason="issue 51: the verdict's contract type is made the DAG's own in its own change"
+)
+
+
+@pytest.mark.parametrize(
+    "dag_type",
+    [pytest.param(name, marks=[_VERDICT_PENDING] if name == "EvidenceVerdict" else []) for name in DAG_TYPES],
+)
+def test_no_contract_model_copies_a_dag_type(dag_type: str) -> None:
+    """A contract model is the DAG's own type (``FallbackDecisionTrace``) or read from it by name
+    (``AttemptTrace`` from ``SearchAttempt``), never a second declaration of the same fields."""
+    fields = DAG_TYPES[dag_type]
+    copies = [
+        model
+        for model, model_fields in CONTRACT_MODELS.items()
+        if len(fields & model_fields) >= 3 and (fields <= model_fields or model_fields <= fields)
+    ]
+    assert copies == []
+
+
+def test_the_fallback_decision_is_the_contracts_own_type() -> None:
+    assert get_type_hints(fallback_decision)["return"] is contract.FallbackDecisionTrace
