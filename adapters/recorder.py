@@ -251,8 +251,8 @@ class InvocationRecorder:
         wanted = set(keys)
         if not wanted:
             return set()
-        returned, scope = tool_invocation.c.returned_evidence, tool_invocation.c.retrieval_details["access"]
-        query = select(returned, scope).where(returned.is_not(None))
+        returned, access = tool_invocation.c.returned_evidence, tool_invocation.c.retrieval_details["access"]
+        query = select(returned, access).where(returned.is_not(None))
         # a per-key JSON containment query differs per backend; rows are scanned, keys matched here
         with self._connect() as connection:
             rows = connection.execute(query).all()
