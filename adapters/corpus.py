@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import frontmatter
 import yaml
@@ -25,6 +25,7 @@ from lookup_knowledge.adapters.documents import (
     DocumentLimits,
     DocumentSkip,
     Part,
+    TextFormat,
     load_converted,
     missing_extra,
     save_converted,
@@ -56,7 +57,7 @@ class SourceDocument:
     source: str
     title: str
     body: str
-    format: Literal["markdown", "text"]
+    format: TextFormat
     categories: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     entities: tuple[str, ...] = ()

@@ -41,6 +41,7 @@ _MARKUP_LINE = re.compile(r"#|=+\s*$|-+\s*$")  # would read as a heading (ATX, s
 _SLIDE_MARK = re.compile(r"^<!-- Slide number: (\d+) -->\n", re.M)
 
 PartKind = Literal["page", "slide", "sheet"]
+TextFormat = Literal["markdown", "text"]  # how a document's text is read: Markdown, or plain
 
 
 class DocumentSkip(Exception):
@@ -63,7 +64,7 @@ class Converted:
     """A document as markdown (or plain) text, with its pages, slides or sheets."""
 
     text: str
-    format: Literal["markdown", "text"]
+    format: TextFormat
     parts: tuple[Part, ...] = ()
     title: str | None = None
 
@@ -250,7 +251,7 @@ def _normalized(text: str) -> str:
 def _joined(
     texts: list[str],
     kind: PartKind,
-    fmt: Literal["markdown", "text"],
+    fmt: TextFormat,
     title: str | None,
     names: list[str] | None = None,
 ) -> Converted:

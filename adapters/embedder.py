@@ -23,14 +23,12 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from .encoder_choices import Backend, BackendChoice, Quantize
 from .text import first_line
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _BUNDLED_NAMES = {DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"}
 
-Backend = Literal["torch", "onnx", "openvino"]
-BackendChoice = Literal["auto", "torch", "onnx", "openvino"]
-Quantize = Literal["none", "int8"]
 EncodePath = Literal["query", "document"]
 # What `backend: auto` runs on a CPU, per path: the fastest installed backend that keeps retrieval
 # quality (docs/benchmarks.md, "Embedding backends"); OpenVINO is the `openvino` extra. On a GPU,

@@ -26,10 +26,10 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from .encoder_choices import Quantize
 from .text import first_line
 
 Runtime = Literal["onnx", "openvino"]
-Quantize = Literal["none", "int8"]
 EXPORT_FORMAT = 2  # bump when the exported graph or the quantization recipe changes
 OPSET = 17
 

@@ -36,7 +36,7 @@ import snowballstemmer
 from lookup_knowledge.contract import L0Hints
 
 from .errors import StoreBackendError
-from .search import AccessScope, may_see
+from .search import AccessFilter, AccessScope
 from .sparse import only_stop_words
 from .text import first_line
 
@@ -186,9 +186,9 @@ class L0Index:
             for batch in _batches(list(doc_ids)):
                 self._delete(list(self._held(batch)))
 
-    def match(self, query: str, access: AccessScope | None = None) -> L0Hints:
-        """The hints a query triggers among the documents a caller of ``access`` may see (``None``:
-        every document); empty hints when nothing matches."""
+    def match(self, query: str, access: AccessFilter | None = None) -> L0Hints:
+        """The hints a query triggers among the documents a caller of ``access`` (an
+        :attr:`AccessScope.filter`; ``None``: every document) may see; empty hints when nothing matches."""
         norm = normalize(query)
         words = _words(norm)
         with self._lock, _readable(self._path):
@@ -201,7 +201,8 @@ class L0Index:
             else:
                 documents = self._fields_of({term.doc_id for term in found}) if found else {}
         if access is not None:
-            found = [term for term in found if may_see(documents[term.doc_id].access, access)]
+            scope = AccessScope(access)
+            found = [term for term in found if scope.may_see(documents[term.doc_id].access)]
         return _hints(found, documents)
 
     def _spaced_matches(self, words: list[str]) -> list[tuple[str, str, str]]:

@@ -39,7 +39,7 @@ from .qdrant_store import (
     stored_cosines,
 )
 from .redaction import mask_secrets
-from .search import AccessScope, SearchHit, SearchRequest, StoredChunk
+from .search import AccessFilter, SearchHit, SearchRequest, StoredChunk
 from .sparse import SparseVector
 from .text import first_line
 
@@ -166,7 +166,7 @@ class QdrantClientStore(QdrantStore):
             )
         return stored_cosines(scored, {r.id: dense_vector(r) for r in records})
 
-    def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
+    def _token_tops(self, token_ids: Sequence[int], access: AccessFilter | None) -> list[Any]:
         conditions = _access_conditions(access)
         where = models.Filter(must=conditions) if conditions else None
         queries = [
@@ -253,7 +253,7 @@ class QdrantClientStore(QdrantStore):
                 return
 
     def _first_payloads(
-        self, n: int, access: AccessScope | None, fields: list[str]
+        self, n: int, access: AccessFilter | None, fields: list[str]
     ) -> list[Mapping[str, Any]]:
         where = models.Filter(must=conditions) if (conditions := _access_conditions(access)) else None
         with self._errors("scroll"):

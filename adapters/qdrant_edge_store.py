@@ -38,7 +38,7 @@ from .qdrant_store import (
     reads_back,
     stored_cosines,
 )
-from .search import AccessScope, SearchHit, SearchRequest, StoredChunk
+from .search import AccessFilter, SearchHit, SearchRequest, StoredChunk
 from .shared_store import holder_note, process_note, write_private
 from .sparse import SparseVector
 
@@ -195,7 +195,7 @@ class QdrantEdgeStore(QdrantStore):
             records = self._shard.retrieve(points, with_payload=False, with_vector=[DENSE_VECTOR])
         return stored_cosines(scored, {r.id: dense_vector(r) for r in records})
 
-    def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
+    def _token_tops(self, token_ids: Sequence[int], access: AccessFilter | None) -> list[Any]:
         where = qe.Filter(must=conditions) if (conditions := _access_conditions(access)) else None
         queries = [
             qe.QueryRequest(
@@ -276,7 +276,7 @@ class QdrantEdgeStore(QdrantStore):
                 return
 
     def _first_payloads(
-        self, n: int, access: AccessScope | None, fields: list[str]
+        self, n: int, access: AccessFilter | None, fields: list[str]
     ) -> list[Mapping[str, Any]]:
         where = qe.Filter(must=conditions) if (conditions := _access_conditions(access)) else None
         request = qe.ScrollRequest(limit=n, filter=where, with_payload=qe.PayloadSelector.Include(fields))

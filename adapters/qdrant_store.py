@@ -15,7 +15,7 @@ from lookup_knowledge.contract import FusionMethod
 
 from .errors import PointGoneError, StoreBackendError
 from .payload import BREADCRUMB_FIELD, CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD, EMBEDDING_MODEL_FIELD
-from .search import AccessScope, KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
+from .search import AccessFilter, KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
 from .sparse import Bm25Encoder, bm25_encoder, holds_identifier
 
 DENSE_VECTOR = "dense"  # the named vectors every point carries
@@ -40,7 +40,7 @@ class QdrantStore(KnowledgeStore):
     def count(self) -> int:
         return self._matching(None)
 
-    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
+    def term_idf(self, token_ids: Sequence[int], access: AccessFilter | None = None) -> dict[int, float]:
         """Each token's IDF, read back from one batch of one-token BM25 queries (:func:`idf_of`);
         a token no chunk the caller may see holds: :func:`unheld_idf`."""
         tops = self._token_tops(token_ids, access) if token_ids else []
@@ -55,7 +55,7 @@ class QdrantStore(KnowledgeStore):
     def unheld_term_idf(self) -> float:
         return unheld_idf(self._points_estimate())
 
-    def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
+    def sample_chunks(self, n: int, access: AccessFilter | None = None) -> list[tuple[str, str]]:
         """The first ``n`` points the caller may see in point id order (ids are hashes of the
         evidence keys: an order unrelated to the text), as (doc id, content)."""
         if n <= 0:
@@ -86,12 +86,12 @@ class QdrantStore(KnowledgeStore):
 
     @abstractmethod
     def _first_payloads(
-        self, n: int, access: AccessScope | None, fields: list[str]
+        self, n: int, access: AccessFilter | None, fields: list[str]
     ) -> list[Mapping[str, Any]]:
         """The payload ``fields`` of the first ``n`` points the caller may see: one scroll."""
 
     @abstractmethod
-    def _token_tops(self, token_ids: Sequence[int], access: AccessScope | None) -> list[Any]:
+    def _token_tops(self, token_ids: Sequence[int], access: AccessFilter | None) -> list[Any]:
         """Per token, the best point (with its BM25 vector) the caller may see of the one-token
         query ``{token: 1}``, or ``None``: one batch."""
 

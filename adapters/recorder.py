@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
@@ -50,6 +50,9 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from .redaction import mask_secrets
 from .text import escape_surrogates, first_line
+
+if TYPE_CHECKING:  # the recorder loads without the search port's modules
+    from .search import AccessScope
 
 SCHEMA_VERSION = 2
 SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent writers wait for the lock instead of failing
@@ -200,10 +203,11 @@ class InvocationRecorder:
             row_id = connection.execute(insert(tool_invocation).values(**values)).inserted_primary_key[0]
         return int(row_id)
 
-    def session_domains(self, session_id: str, access: list[str] | None = None) -> list[str]:
+    def session_domains(self, session_id: str, scope: AccessScope | None = None) -> list[str]:
         """Distinct evidence domains recorded for ``session_id`` so far, first seen first, of its
-        calls made in one access scope (``retrieval_details.access``: the principals the call was
-        restricted to; ``None``, as on rows from before access control, unrestricted)."""
+        calls made in ``scope`` (``retrieval_details.access``: the principals the call was
+        restricted to; ``None``, as on rows from before access control, unrestricted), or of all
+        its calls when ``scope`` is ``None``."""
         details = tool_invocation.c.retrieval_details
         query = (
             select(details["evidenceDomains"], details["access"])
@@ -213,7 +217,9 @@ class InvocationRecorder:
         with self._connect() as connection:
             rows = connection.execute(query).all()
         return list(
-            dict.fromkeys(domain for row, scope in rows if _same_scope(scope, access) for domain in row or [])
+            dict.fromkeys(
+                domain for row, recorded in rows if _in_scope(recorded, scope) for domain in row or []
+            )
         )
 
     def list(self, session_id: str | None = None, last: int = 20) -> list[Invocation]:
@@ -225,9 +231,9 @@ class InvocationRecorder:
             rows = connection.execute(query).all()
         return [_invocation(row) for row in reversed(rows)]
 
-    def session_evidence(self, session_id: str, access: list[str] | None | bool = False) -> list[Invocation]:
-        """The session's ``lookup_knowledge`` rows that returned evidence, oldest first (with
-        ``access`` not ``False``: only those of calls made in that access scope)."""
+    def session_evidence(self, session_id: str, scope: AccessScope | None = None) -> list[Invocation]:
+        """The session's ``lookup_knowledge`` rows that returned evidence, oldest first (with a
+        ``scope``: only those of calls made in it)."""
         query = (
             select(tool_invocation)
             .where(tool_invocation.c.session_id == session_id)
@@ -237,25 +243,23 @@ class InvocationRecorder:
         )
         with self._connect() as connection:
             rows = [_invocation(row) for row in connection.execute(query).all()]
-        if access is False:
-            return rows
-        return [row for row in rows if _same_scope(row.retrieval_details.get("access"), access)]
+        return [row for row in rows if _in_scope(row.retrieval_details.get("access"), scope)]
 
-    def returned_anywhere(self, keys: Iterable[str], access: list[str] | None | bool = False) -> set[str]:
-        """Those of ``keys`` some recorded call (of any session) returned (with ``access`` not
-        ``False``: some call made in that access scope)."""
+    def returned_anywhere(self, keys: Iterable[str], scope: AccessScope | None = None) -> set[str]:
+        """Those of ``keys`` some recorded call (of any session) returned (with a ``scope``: some
+        call made in it)."""
         wanted = set(keys)
         if not wanted:
             return set()
-        returned, scope = tool_invocation.c.returned_evidence, tool_invocation.c.retrieval_details["access"]
-        query = select(returned, scope).where(returned.is_not(None))
+        returned, access = tool_invocation.c.returned_evidence, tool_invocation.c.retrieval_details["access"]
+        query = select(returned, access).where(returned.is_not(None))
         # a per-key JSON containment query differs per backend; rows are scanned, keys matched here
         with self._connect() as connection:
             rows = connection.execute(query).all()
             return {
                 entry["key"]
                 for row, recorded in rows
-                if access is False or _same_scope(recorded, access)
+                if _in_scope(recorded, scope)
                 for entry in row or []
                 if entry.get("key") in wanted
             }
@@ -361,9 +365,10 @@ def _mark_version(connection: Connection, version: int) -> None:
     connection.execute(insert(schema_version_table).values(version=version, applied_at=datetime.now(UTC)))
 
 
-def _same_scope(recorded: Any, access: list[str] | None) -> bool:
-    """Whether a row's recorded access scope (JSON: a list, or null/absent) is ``access``."""
-    return (list(recorded) if isinstance(recorded, list) else None) == access
+def _in_scope(recorded: Any, scope: AccessScope | None) -> bool:
+    """Whether a row's recorded access filter (JSON: a list, or null/absent) is ``scope``'s
+    (``None``: any scope)."""
+    return scope is None or (tuple(recorded) if isinstance(recorded, list) else None) == scope.filter
 
 
 def _storable(value: Any) -> Any:

@@ -50,24 +50,47 @@ def identity_key(hit: SearchHit, original_rank: int) -> str:
     return f"rank:{original_rank}"
 
 
-AccessScope = tuple[str, ...]  # a restricted caller's principals and "public", sorted
+AccessFilter = tuple[str, ...]  # what a restricted caller's searches match: its principals and "public"
 
 
-def access_scope(principals: Iterable[str] | None) -> AccessScope | None:
-    """What a caller's searches match in the access field: its principals and
-    :data:`PUBLIC_PRINCIPAL`, sorted; ``None`` (no principals given) is unrestricted, no filter."""
-    if principals is None:
-        return None
-    if isinstance(principals, str):  # one principal, not its characters
-        principals = [principals]
-    return tuple(sorted({*principals, PUBLIC_PRINCIPAL}))
+@dataclass(frozen=True, slots=True)
+class AccessScope:
+    """Which documents a caller sees: every one (unrestricted, ``filter`` ``None``), those whose
+    access names one of its principals or :data:`PUBLIC_PRINCIPAL` (restricted), or none (a
+    caller whose principals are not valid, refused before any search: ``filter`` empty).
+
+    >>> AccessScope.of(["hr"]).filter, AccessScope.of(None).restricted, NO_ACCESS.sees_nothing
+    (('hr', 'public'), False, True)
+    """
+
+    filter: AccessFilter | None = None  # sorted; None: no filter, every document
+
+    @classmethod
+    def of(cls, principals: Iterable[str] | None) -> AccessScope:
+        """The scope of a caller with ``principals`` (one string is one principal); ``None``: unrestricted."""
+        if principals is None:
+            return cls()
+        if isinstance(principals, str):
+            principals = [principals]
+        return cls(tuple(sorted({*principals, PUBLIC_PRINCIPAL})))
+
+    @property
+    def restricted(self) -> bool:
+        return self.filter is not None
+
+    @property
+    def sees_nothing(self) -> bool:
+        return self.filter == ()
+
+    def may_see(self, access: Sequence[str] | None) -> bool:
+        """Whether this caller may see a document whose access is ``access`` (``None``: a document
+        stored before access existed, seen by unrestricted callers only), as the store's filter
+        decides it."""
+        return self.filter is None or (access is not None and not set(access).isdisjoint(self.filter))
 
 
-def may_see(access: Sequence[str] | None, scope: AccessScope | None) -> bool:
-    """Whether a caller of ``scope`` may see a document whose access is ``access`` (``None``: a
-    document stored before access existed, seen by unrestricted callers only), as the store's
-    filter decides it."""
-    return scope is None or (access is not None and not set(access).isdisjoint(scope))
+UNRESTRICTED = AccessScope()
+NO_ACCESS = AccessScope(())
 
 
 def point_id_for(key: str, doc_hash: str = "") -> str:
@@ -110,7 +133,7 @@ class SearchRequest:
     sparse_vector: SparseVector | None = None
     fusion: FusionMethod = "dbsf"
     prefetch_k: int | None = None
-    access: AccessScope | None = None  # the caller's scope (:func:`access_scope`); None: unrestricted
+    access: AccessFilter | None = None  # the caller's :attr:`AccessScope.filter`; None: unrestricted
     scores_only: bool = False
     few_matches_fusion: FusionMethod | None = None
 
@@ -260,7 +283,7 @@ class KnowledgeSearchPort(ABC):
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches at once, results in request order."""
 
-    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
+    def term_idf(self, token_ids: Sequence[int], access: AccessFilter | None = None) -> dict[int, float]:
         """The store's BM25 IDF of each BM25 token id; a token no chunk the caller may see holds
         gets the IDF of a term no chunk holds. A port that cannot tell returns ``{}``."""
         return {}
@@ -269,7 +292,7 @@ class KnowledgeSearchPort(ABC):
         """The IDF :meth:`term_idf` gives a term no chunk holds (``None``: the port cannot tell)."""
         return None
 
-    def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
+    def sample_chunks(self, n: int, access: AccessFilter | None = None) -> list[tuple[str, str]]:
         """Up to ``n`` chunks the caller may see, as (doc id, content), in an order unrelated to
         their text (the engine's point ids: hashes), to learn how the store answers questions
         made from its own text. A port that cannot tell returns ``[]``."""

@@ -23,7 +23,7 @@ from concurrent.futures import TimeoutError as WaitTimeout
 from typing import TypeVar
 
 from .errors import StoreUnavailableError
-from .search import AccessScope, KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
+from .search import AccessFilter, KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
 
 RETRY_AFTER_S = 1.0
 WAIT_S = 0.25  # a reopening on a live server takes milliseconds; a hung one keeps the thread
@@ -62,13 +62,13 @@ class ReconnectingSearchPort(KnowledgeSearchPort):
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         return self._on_store(lambda store: store.search_batch(requests))
 
-    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
+    def term_idf(self, token_ids: Sequence[int], access: AccessFilter | None = None) -> dict[int, float]:
         return self._on_store(lambda store: store.term_idf(token_ids, access))
 
     def unheld_term_idf(self) -> float | None:
         return self._on_store(lambda store: store.unheld_term_idf())
 
-    def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
+    def sample_chunks(self, n: int, access: AccessFilter | None = None) -> list[tuple[str, str]]:
         return self._on_store(lambda store: store.sample_chunks(n, access))
 
     def _on_store(self, call: Callable[[KnowledgeStore], T]) -> T:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import StoreLockedError
-from .search import AccessScope, KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
+from .search import AccessFilter, KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
 from .text import escape_surrogates
 
 POLL_S = 0.1  # how often a waiting opener retries and the holder looks for a handover request
@@ -152,7 +152,7 @@ class SharedSearchPort(KnowledgeSearchPort):
         finally:
             self._release()
 
-    def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
+    def term_idf(self, token_ids: Sequence[int], access: AccessFilter | None = None) -> dict[int, float]:
         store = self._acquire()
         try:
             return store.term_idf(token_ids, access)
@@ -166,7 +166,7 @@ class SharedSearchPort(KnowledgeSearchPort):
         finally:
             self._release()
 
-    def sample_chunks(self, n: int, access: AccessScope | None = None) -> list[tuple[str, str]]:
+    def sample_chunks(self, n: int, access: AccessFilter | None = None) -> list[tuple[str, str]]:
         store = self._acquire()
         try:
             return store.sample_chunks(n, access)

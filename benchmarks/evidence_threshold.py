@@ -38,7 +38,7 @@ from rich.table import Table
 from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.corpus import read_corpus
 from lookup_knowledge.adapters.search import KnowledgeStore, SearchRequest
-from lookup_knowledge.agent.request import query_problem
+from lookup_knowledge.agent.request import LookupRequest, RequestSettings, lookup_request
 from lookup_knowledge.stores import build_embedder, open_store
 
 BENCHMARKS = Path(__file__).resolve().parent
@@ -127,7 +127,10 @@ def garbage(seed: int = 14, per_kind: int = PER_KIND) -> dict[str, list[str]]:
         texts: list[str] = []
         while len(texts) < per_kind:
             text = make(rng)
-            if query_problem(text, 2000) is None and text not in texts:
+            if (
+                isinstance(lookup_request(text, settings=RequestSettings(2000)), LookupRequest)
+                and text not in texts
+            ):
                 texts.append(text)
         kinds[kind] = texts
     return kinds

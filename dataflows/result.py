@@ -7,7 +7,6 @@ from typing import Any
 
 import pandas as pd
 
-from lookup_knowledge.adapters.search import identity_key
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import (
     AttemptTrace,
@@ -29,7 +28,7 @@ from lookup_knowledge.contract import (
 from lookup_knowledge.frames import records
 
 from .abstention import EvidenceVerdict
-from .retrieval import FallbackDecision, HybridFusion, SearchAttempt
+from .retrieval import HybridFusion, SearchAttempt
 
 MEDIUM_AGREEMENT = 3  # medium: both searches rank the top block within this place (docs/trust.md)
 HIGH_COVERAGE = 0.5  # high: the top block also holds half of the query's informative terms, as written
@@ -72,21 +71,11 @@ def _verdict_trace(verdict: EvidenceVerdict) -> EvidenceVerdictTrace:
     return EvidenceVerdictTrace(**_fields(verdict))
 
 
-def _decision_trace(decision: FallbackDecision) -> FallbackDecisionTrace:
-    return FallbackDecisionTrace(
-        rule=decision.policy.rule,
-        fired=decision.rule,
-        used=decision.use,
-        settings=decision.policy.settings(),
-        **_fields(decision.values),
-    )
-
-
 def retrieval_trace(
     l0_hints: L0Hints,
     category_filter: str | None,
     retrieval_attempts: list[SearchAttempt],
-    fallback_decision: FallbackDecision,
+    fallback_decision: FallbackDecisionTrace,
     reference_threshold: float,
     min_evidence_score: float,
     retrieve_k: int,
@@ -110,21 +99,10 @@ def retrieval_trace(
         category_filter=category_filter,
         access_filter=None if access_scope is None else list(access_scope),
         attempts=[
-            AttemptTrace(
-                kind=a.kind,
-                filter=a.filter,
-                width=a.width,
-                hit_count=len(a.hits),
-                top_normalized_score=a.top_normalized_score,
-                usable_count=len(a.usable),
-                error=a.error,
-                used=a.used,
-                hit_keys=[identity_key(hit, rank) for rank, hit in enumerate(a.usable, start=1)],
-            )
-            for a in retrieval_attempts
+            AttemptTrace.model_validate(attempt, from_attributes=True) for attempt in retrieval_attempts
         ],
         fallback_reason=fallback_decision.reason,
-        fallback_decision=_decision_trace(fallback_decision) if retrieval_attempts else None,
+        fallback_decision=fallback_decision if retrieval_attempts else None,
         reference_threshold=reference_threshold,
         min_evidence_score=min_evidence_score,
         retrieve_k=retrieve_k,
@@ -243,10 +221,14 @@ def _count(n: int, noun: str) -> str:
 
 
 def retrieved_domains_this_session(
-    evidence_blocks: list[EvidenceBlock], prior_session_domains: list[str] | None = None
+    evidence_status: EvidenceStatus,
+    evidence_blocks: list[EvidenceBlock],
+    prior_session_domains: list[str] | None = None,
 ) -> list[str]:
-    """Domains of the evidence this session got so far, first seen first, this call included."""
-    return list(dict.fromkeys([*(prior_session_domains or []), *evidence_domains(evidence_blocks)]))
+    """Domains of the evidence this session was returned so far, first seen first, this call
+    included: only when it returns its blocks (``evidence``); blocks the verdict held back add none."""
+    returned = evidence_blocks if evidence_status == "evidence" else []
+    return list(dict.fromkeys([*(prior_session_domains or []), *evidence_domains(returned)]))
 
 
 def lookup_result(

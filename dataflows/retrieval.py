@@ -27,15 +27,21 @@ from lookup_knowledge.adapters.search import (
     KnowledgeSearchPort,
     SearchHit,
     SearchRequest,
+    identity_key,
 )
 from lookup_knowledge.adapters.sparse import SparseVector, distinctive
-from lookup_knowledge.contract import AttemptKind, DecisionRule, FallbackReason, FallbackRule
+from lookup_knowledge.contract import (
+    AttemptKind,
+    DecisionRule,
+    FallbackDecisionTrace,
+    FallbackRule,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class SearchAttempt:
     """One search through the port: its request shape, hits (usable or not), error, and whether
-    its hits became the candidates."""
+    its hits became the candidates. The trace reads it as an ``AttemptTrace`` (by name)."""
 
     kind: AttemptKind
     filter: str | None
@@ -46,6 +52,19 @@ class SearchAttempt:
     used: bool = True
 
     @property
+    def hit_count(self) -> int:
+        return len(self.hits)
+
+    @property
+    def usable_count(self) -> int:
+        return len(self.usable)
+
+    @property
+    def hit_keys(self) -> list[str]:
+        """The usable hits' evidence keys, best first."""
+        return [identity_key(hit, rank) for rank, hit in enumerate(self.usable, start=1)]
+
+    @property
     def top_normalized_score(self) -> float | None:
         return max((hit.normalized_score for hit in self.hits), default=None)
 
@@ -53,19 +72,6 @@ class SearchAttempt:
     def top_sparse_score(self) -> float | None:
         """The best BM25 score among the hits; ``None`` when no hit has one (dense mode)."""
         return max((hit.sparse_score for hit in self.hits if hit.sparse_score is not None), default=None)
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionValues:
-    """What the fallback decision read from the two searches of one query."""
-
-    filtered_top: float | None = None
-    unfiltered_top: float | None = None
-    score_ratio: float | None = None
-    overlap: float | None = None
-    filtered_sparse_top: float | None = None
-    unfiltered_sparse_top: float | None = None
-    sparse_score_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,22 +88,6 @@ class FallbackPolicy:
         if self.rule == "threshold":
             return {"referenceThreshold": self.reference_threshold}
         return {"scoreRatio": self.score_ratio, "sparseScoreRatio": self.sparse_score_ratio}
-
-
-@dataclass(frozen=True, slots=True)
-class FallbackDecision:
-    """Which search's hits are used, the rule that decided it, and the values it read."""
-
-    use: AttemptKind | None
-    rule: DecisionRule
-    reason: FallbackReason | None = None
-    values: DecisionValues = DecisionValues()
-    policy: FallbackPolicy = FallbackPolicy()
-
-    @property
-    def retry(self) -> bool:
-        """Whether the unfiltered hits replace the filtered ones."""
-        return self.reason is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,17 +235,16 @@ def filtered_hits(l1_searches: list[SearchAttempt]) -> SearchAttempt:
     return l1_searches[0]
 
 
-def _threshold_verdict(
-    filtered: SearchAttempt, policy: FallbackPolicy
-) -> tuple[DecisionRule, FallbackReason | None]:
-    """The ``threshold`` rule on the filtered search alone: keep it, or why to retry unfiltered."""
+def _threshold_verdict(filtered: SearchAttempt, policy: FallbackPolicy) -> DecisionRule:
+    """The ``threshold`` rule on the filtered search alone: keep it (``filtered_top_at_threshold``),
+    or why to retry unfiltered."""
     if filtered.error is not None:
-        return "filtered_search_failed", "filtered_vector_error"
+        return "filtered_search_failed"
     if not filtered.usable:
-        return "filtered_search_empty", "filtered_vector_no_evidence"
+        return "filtered_search_empty"
     if (filtered.top_normalized_score or 0.0) < policy.reference_threshold:
-        return "filtered_top_below_threshold", "filtered_vector_low_quality"
-    return "filtered_top_at_threshold", None
+        return "filtered_top_below_threshold"
+    return "filtered_top_at_threshold"
 
 
 @config.when(l1_enabled=True)
@@ -275,7 +264,7 @@ def unfiltered_hits(
     filtered = l1_searches[0]
     if filtered.kind == "unfiltered" or not fallback_enabled or fallback_policy.rule != "threshold":
         return None
-    if _threshold_verdict(filtered, fallback_policy)[1] is None:
+    if _threshold_verdict(filtered, fallback_policy) == "filtered_top_at_threshold":
         return None
     retry = replace(l1_requests[0], category=None)
     return _attempt(retry, _ask_one(retry, search_port), min_evidence_score)
@@ -294,22 +283,23 @@ def _ratio(filtered_top: float | None, unfiltered_top: float | None) -> float | 
     return (filtered_top or 0.0) / unfiltered_top if unfiltered_top else None
 
 
-def _decision_values(filtered: SearchAttempt, unfiltered: SearchAttempt | None) -> DecisionValues:
+def _decision_values(filtered: SearchAttempt, unfiltered: SearchAttempt | None) -> dict[str, float | None]:
     """Both top scores and their ratio (dense and, in sparse and hybrid mode, BM25), and the
-    overlap of the two lists."""
+    overlap of the two lists (the decision's fields of :class:`FallbackDecisionTrace`)."""
     filtered_top, filtered_sparse = filtered.top_normalized_score, filtered.top_sparse_score
     if unfiltered is None:
-        return DecisionValues(filtered_top=filtered_top, filtered_sparse_top=filtered_sparse)
+        alone = dict.fromkeys(("unfiltered_top", "score_ratio", "overlap"))
+        return {"filtered_top": filtered_top, "filtered_sparse_top": filtered_sparse, **alone}
     unfiltered_top, unfiltered_sparse = unfiltered.top_normalized_score, unfiltered.top_sparse_score
-    return DecisionValues(
-        filtered_top,
-        unfiltered_top,
-        _ratio(filtered_top, unfiltered_top) if filtered_top is not None else None,
-        _overlap(filtered.hits, unfiltered.hits),
-        filtered_sparse,
-        unfiltered_sparse,
-        _ratio(filtered_sparse, unfiltered_sparse),
-    )
+    return {
+        "filtered_top": filtered_top,
+        "unfiltered_top": unfiltered_top,
+        "score_ratio": _ratio(filtered_top, unfiltered_top) if filtered_top is not None else None,
+        "overlap": _overlap(filtered.hits, unfiltered.hits),
+        "filtered_sparse_top": filtered_sparse,
+        "unfiltered_sparse_top": unfiltered_sparse,
+        "sparse_score_ratio": _ratio(filtered_sparse, unfiltered_sparse),
+    }
 
 
 @config.when(l1_enabled=True)
@@ -318,34 +308,37 @@ def fallback_decision(
     unfiltered_hits: SearchAttempt | None,
     fallback_policy: FallbackPolicy,
     fallback_enabled: bool,
-) -> FallbackDecision:
-    """Keep the filtered hits, or use the unfiltered ones, and say why (a ``FallbackReason``)."""
+) -> FallbackDecisionTrace:
+    """Keep the filtered hits, or use the unfiltered ones, and say why (its ``reason``)."""
     policy = fallback_policy
     values = _decision_values(filtered_hits, unfiltered_hits)
 
-    def decide(use: AttemptKind, rule: DecisionRule, reason: FallbackReason | None = None):
-        return FallbackDecision(use, rule, reason, values, policy)
+    def decide(use: AttemptKind, fired: DecisionRule) -> FallbackDecisionTrace:
+        return FallbackDecisionTrace(
+            rule=policy.rule, fired=fired, used=use, settings=policy.settings(), **values
+        )
 
     if filtered_hits.kind == "unfiltered":
         return decide("unfiltered", "no_filter")
     if not fallback_enabled:
         return decide("filtered", "fallback_disabled")
     if unfiltered_hits is None:  # threshold: the filtered search met the rule, no retry ran
-        return decide("filtered", *_threshold_verdict(filtered_hits, policy))
+        return decide("filtered", _threshold_verdict(filtered_hits, policy))
     if filtered_hits.error is not None:
-        return decide("unfiltered", "filtered_search_failed", "filtered_vector_error")
+        return decide("unfiltered", "filtered_search_failed")
     if not filtered_hits.usable:
-        return decide("unfiltered", "filtered_search_empty", "filtered_vector_no_evidence")
+        return decide("unfiltered", "filtered_search_empty")
     if unfiltered_hits.error is not None or not unfiltered_hits.usable:
         return decide("filtered", "unfiltered_search_unusable")
     if policy.rule == "threshold":
-        return decide("unfiltered", *_threshold_verdict(filtered_hits, policy))
-    if (values.score_ratio or 0.0) < policy.score_ratio:
-        return decide("unfiltered", "filter_lost", "filtered_vector_low_quality")
-    if values.sparse_score_ratio is not None and values.sparse_score_ratio < policy.sparse_score_ratio:
-        return decide("unfiltered", "filter_lost_terms", "filtered_vector_low_quality")
+        return decide("unfiltered", _threshold_verdict(filtered_hits, policy))
+    if (values["score_ratio"] or 0.0) < policy.score_ratio:
+        return decide("unfiltered", "filter_lost")
+    sparse_ratio = values["sparse_score_ratio"]
+    if sparse_ratio is not None and sparse_ratio < policy.sparse_score_ratio:
+        return decide("unfiltered", "filter_lost_terms")
     if _codes_left_out(filtered_hits, unfiltered_hits):
-        return decide("unfiltered", "filter_lost_code", "filtered_vector_low_quality")
+        return decide("unfiltered", "filter_lost_code")
     return decide("filtered", "filter_holds_up")
 
 
@@ -360,11 +353,13 @@ def _codes_left_out(filtered: SearchAttempt, unfiltered: SearchAttempt) -> bool:
 
 @config.when(l1_enabled=True)
 def retrieval_attempts(
-    filtered_hits: SearchAttempt, unfiltered_hits: SearchAttempt | None, fallback_decision: FallbackDecision
+    filtered_hits: SearchAttempt,
+    unfiltered_hits: SearchAttempt | None,
+    fallback_decision: FallbackDecisionTrace,
 ) -> list[SearchAttempt]:
     """The searches that ran, in order, each marked with whether its hits were used."""
     ran = [filtered_hits] if unfiltered_hits is None else [filtered_hits, unfiltered_hits]
-    return [replace(attempt, used=attempt.kind == fallback_decision.use) for attempt in ran]
+    return [replace(attempt, used=attempt.kind == fallback_decision.used) for attempt in ran]
 
 
 @config.when(l1_enabled=False)
@@ -374,6 +369,10 @@ def retrieval_attempts__l1_disabled() -> list[SearchAttempt]:
 
 
 @config.when(l1_enabled=False)
-def fallback_decision__l1_disabled() -> FallbackDecision:
-    """No fallback without L1."""
-    return FallbackDecision(None, "l1_disabled")
+def fallback_decision__l1_disabled() -> FallbackDecisionTrace:
+    """No fallback without L1 (the trace shows none)."""
+    policy = FallbackPolicy()
+    values = dict.fromkeys(("filtered_top", "unfiltered_top", "score_ratio", "overlap"))
+    return FallbackDecisionTrace(
+        rule=policy.rule, fired="l1_disabled", used=None, settings=policy.settings(), **values
+    )

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.adapters.search import AccessFilter, KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.probes import PROBE_QUERIES
 
@@ -283,7 +283,7 @@ class ProbeCalibration:
         return np.stack([known[text] for text in texts])
 
     def term_idf(
-        self, search_port: KnowledgeSearchPort, token_ids: Sequence[int], access: AccessScope | None = None
+        self, search_port: KnowledgeSearchPort, token_ids: Sequence[int], access: AccessFilter | None = None
     ) -> dict[int, float]:
         """The port's :meth:`~KnowledgeSearchPort.term_idf` of ``token_ids``, asking the store
         only for tokens not read since the last reset (a question's common words recur: the
@@ -377,7 +377,7 @@ def information_shares(
     query: str,
     matched: tuple[str, ...],
     search_port: KnowledgeSearchPort,
-    access: AccessScope | None = None,
+    access: AccessFilter | None = None,
     calibration: ProbeCalibration | None = None,
 ) -> tuple[float | None, float | None]:
     """Two shares of the query's information (the store's BM25 IDF of some of its terms over

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from lookup_knowledge.adapters.encoder_choices import BackendChoice, Quantize
 from lookup_knowledge.adapters.redaction import mask_secrets
 from lookup_knowledge.contract import FallbackRule, FusionMethod, RetrievalMode
 from lookup_knowledge.extras import MissingExtraError, require
@@ -117,8 +118,8 @@ class EmbedderConfig(_Section):
     model: str = Field("all-MiniLM-L6-v2", min_length=1)
     batch_size: int = Field(64, ge=1, le=4096)
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
-    backend: Literal["auto", "torch", "onnx", "openvino"] = "auto"
-    quantize: Literal["none", "int8"] = "none"
+    backend: BackendChoice = "auto"
+    quantize: Quantize = "none"
 
     @field_validator("model")
     @classmethod

@@ -172,6 +172,7 @@ class ContextPack(ContractModel):
     summary: ContextPackSummary
 
 
+# One search of a lookup, read by name from the DAG's ``SearchAttempt`` (its hits as counts and keys).
 class AttemptTrace(ContractModel):
     kind: AttemptKind
     filter: str | None
@@ -186,6 +187,7 @@ class AttemptTrace(ContractModel):
     )
 
 
+# The DAG's own ``fallback_decision`` (its docstring is the contract's schema description).
 class FallbackDecisionTrace(ContractModel):
     """How the fallback decision chose between the filtered and the unfiltered hits."""
 
@@ -208,6 +210,21 @@ class FallbackDecisionTrace(ContractModel):
         None, description="filtered BM25 top / unfiltered BM25 top (sparse and hybrid mode)"
     )
     settings: dict[str, float] = Field(description="the decision's parameters in force")
+
+    @property
+    def reason(self) -> FallbackReason | None:
+        """Why the unfiltered hits replace the filtered ones; ``None`` when they do not."""
+        return _FALLBACK_REASONS.get(self.fired)
+
+
+_FALLBACK_REASONS: dict[DecisionRule, FallbackReason] = {
+    "filtered_search_failed": "filtered_vector_error",
+    "filtered_search_empty": "filtered_vector_no_evidence",
+    "filter_lost": "filtered_vector_low_quality",
+    "filter_lost_terms": "filtered_vector_low_quality",
+    "filter_lost_code": "filtered_vector_low_quality",
+    "filtered_top_below_threshold": "filtered_vector_low_quality",
+}
 
 
 class CappedChunk(ContractModel):

@@ -19,7 +19,7 @@ from dataflow_fixtures import FaultySearchPort, SampleKB, as_json, make_hit, mak
 from hashing_embedder import HashingEmbedder
 
 from lookup_knowledge import sample_knowledge_base
-from lookup_knowledge.adapters.search import SearchRequest, access_scope
+from lookup_knowledge.adapters.search import AccessScope, SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.calibration import (
     INFORMATIVE_FLOOR,
@@ -350,7 +350,7 @@ def test_the_nulls_kept_are_the_most_recently_used_shapes(sample_kb: SampleKB, e
     calibration = ProbeCalibration(probes=("lasagna recipe", "airline legroom"), max_shapes=2)
 
     def null(principal: str) -> ProbeNull:
-        scope = access_scope([principal])
+        scope = AccessScope.of([principal]).filter
         request = SearchRequest(ANSWERABLE, embedder.embed_query(ANSWERABLE), 5, access=scope)
         return calibration.null_for(request, spy, embedder)
 
@@ -410,7 +410,7 @@ def test_a_new_access_scope_embeds_only_own_questions_not_embedded_before(sample
     calibration = ProbeCalibration(probes=("lasagna recipe", "airline legroom"))
     vector = embedder.embed_query(ANSWERABLE)
     for principals in (None, ["team-a"]):  # the sample KB is public: both see every document
-        request = SearchRequest(ANSWERABLE, vector, 5, access=access_scope(principals))
+        request = SearchRequest(ANSWERABLE, vector, 5, access=AccessScope.of(principals).filter)
         null = calibration.null_for(request, sample_kb.store, spy)
         assert len(null.own_tops) >= 20
     probes, own = spy.embedded  # the probes once per model, the own questions once per text

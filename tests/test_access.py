@@ -42,10 +42,10 @@ from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore, engine_queries
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.adapters.search import (
+    AccessScope,
     KnowledgeStore,
     SearchRequest,
     StoredChunk,
-    access_scope,
     evidence_key,
 )
 from lookup_knowledge.adapters.sparse import bm25_encoder
@@ -170,7 +170,7 @@ def test_every_query_of_a_search_carries_the_access_filter(access_store: Knowled
 
 def test_an_access_change_is_a_payload_update_seen_by_the_next_search(access_store: KnowledgeStore) -> None:
     text = "refund policy number 0 for the team"
-    request = SearchRequest(text, EMBEDDER.embed_query(text), 10, access=access_scope(["eng"]))
+    request = SearchRequest(text, EMBEDDER.embed_query(text), 10, access=AccessScope.of(["eng"]).filter)
     assert "doc0" not in {hit.doc_id for hit in access_store.search(request)}
     access_store.set_access("doc0", ["eng"])
     assert "doc0" in {hit.doc_id for hit in access_store.search(request)}

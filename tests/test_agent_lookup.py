@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from lookup_knowledge import AgentLookup, KnowledgeTool
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
+from lookup_knowledge.adapters.search import UNRESTRICTED
 from lookup_knowledge.agent.lookup import invocation_db_url
 from lookup_knowledge.agent.tool_definition import (
     TOOL_DESCRIPTION,
@@ -22,6 +23,7 @@ from lookup_knowledge.agent.tool_definition import (
 )
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config
+from lookup_knowledge.contract import evidence_domains
 from lookup_knowledge.stores import l0_index_path
 
 REFUND_QUERY = "Who must approve a refund above 500 EUR?"
@@ -158,9 +160,53 @@ def test_session_domains_come_from_the_record(
     agent.close()  # a new process, say: no in-memory session memory, only the record
     recorder = InvocationRecorder(invocation_db_url(store_config))
     with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as fresh:
-        assert fresh.tool.session_domains("domains-recorded") == []
+        assert fresh.tool.sessions.domains("domains-recorded", UNRESTRICTED) == []
         result = fresh.call(KAFKA_QUERY, session_id="domains-recorded")
     assert result.retrieved_domains_this_session[0] == "payments"
+
+
+# The sample KB's nearest passages to this question are a support page the verdict holds back:
+# its blocks pass the floors but are not returned (no_evidence).
+HELD_BACK_QUERY = "如何申请发票"
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["record", "memory"])
+def test_session_domains_are_those_of_the_blocks_returned_in_every_status(
+    store_config: Config,
+    embedder: SentenceTransformerEmbedder,
+    recorded: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recorder = InvocationRecorder(invocation_db_url(store_config)) if recorded else None
+    with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as agent:
+        returned: list[str] = []
+
+        def call(query: object) -> str:
+            result = agent.call(query, "walk-" + str(recorded))
+            returned.extend(evidence_domains(result.evidence_blocks))
+            assert result.retrieved_domains_this_session == list(dict.fromkeys(returned))
+            return result.evidence_status
+
+        assert call(HELD_BACK_QUERY) == "no_evidence"  # was ["customer-support"], with no block
+        assert returned == []
+        assert call(REFUND_QUERY) == "evidence" and returned == ["payments"]
+        assert call(HELD_BACK_QUERY) == "no_evidence"
+        assert call("   ") == "invalid_input"
+        refused = agent.call(REFUND_QUERY, "walk-" + str(recorded), principals=[" "])
+        assert (refused.evidence_status, refused.retrieved_domains_this_session) == ("invalid_input", [])
+        port = agent.tool.search_port
+        with monkeypatch.context() as patch:
+            for method in ("search", "search_batch"):
+                patch.setattr(port, method, _raise_store_down)
+            assert call(KAFKA_QUERY) == "retrieval_failed"
+        assert call(KAFKA_QUERY) == "evidence" and "payments" in returned
+        restricted = agent.call(REFUND_QUERY, "walk-" + str(recorded), principals=["finance"])
+        assert restricted.retrieved_domains_this_session == evidence_domains(restricted.evidence_blocks)
+        assert call(HELD_BACK_QUERY) == "no_evidence"  # the unrestricted scope kept its own
+
+
+def _raise_store_down(*_: object) -> None:
+    raise ConnectionError("the store is down")
 
 
 # --- an unavailable database --------------------------------------------------------------------

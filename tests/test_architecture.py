@@ -1,16 +1,22 @@
 """The dependency direction of docs/architecture.md: the DAG's nodes and the adapters never
-import the layers built on them (``eval``, ``agent``, ``cli``); the port's wrappers forward all of it."""
+import the layers built on them (``eval``, ``agent``, ``cli``); the port's wrappers forward all of
+it; and each concept is declared once (a choice's ``Literal`` values, a contract type)."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 
+from lookup_knowledge import contract
 from lookup_knowledge.adapters.search import KnowledgeSearchPort
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort
+from lookup_knowledge.dataflows.retrieval import fallback_decision
 
 ROOT = Path(__file__).resolve().parents[1]
 UPPER_LAYERS = ("lookup_knowledge.eval", "lookup_knowledge.agent", "lookup_knowledge.cli")
@@ -51,3 +57,115 @@ def test_every_port_wrapper_forwards_every_port_method(wrapper: type) -> None:
     default = vars(KnowledgeSearchPort)
     inherited = [name for name in PORT_METHODS if getattr(wrapper, name) is default[name]]
     assert inherited == [], f"{wrapper.__name__} does not forward {inherited}"
+
+
+# --- one definition per concept -----------------------------------------------------------------
+
+PACKAGE_FILES = sorted(
+    path
+    for folder in ("lookup_knowledge", "dataflows", "adapters", "configs")
+    for path in (ROOT / folder).rglob("*.py")
+)
+
+
+def literal_declarations(path: Path) -> list[tuple[frozenset, int]]:
+    """Each ``Literal[...]`` of two or more values in a file (aliases and inline annotations
+    alike): its set of values, and its line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "Literal"
+        ):
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            values = frozenset(item.value for item in items if isinstance(item, ast.Constant))
+            if len(values) > 1:
+                found.append((values, node.lineno))
+    return found
+
+
+def test_each_set_of_literal_values_is_declared_once() -> None:
+    """A choice (``Quantize``, a backend, a text format) spelled in two places drifts apart."""
+    places: dict[frozenset, list[str]] = {}
+    for path in PACKAGE_FILES:
+        for values, line in literal_declarations(path):
+            places.setdefault(values, []).append(f"{path.relative_to(ROOT)}:{line}")
+    repeated = {tuple(sorted(values)): where for values, where in places.items() if len(where) > 1}
+    assert repeated == {}
+
+
+def test_the_check_sees_an_inline_literal(tmp_path: Path) -> None:
+    module = tmp_path / "config.py"
+    module.write_text(
+        'Quantize = Literal["none", "int8"]\nx: Literal["int8", "none"] = "none"\n', encoding="utf-8"
+    )
+    assert literal_declarations(module) == [
+        (frozenset({"none", "int8"}), 1),
+        (frozenset({"none", "int8"}), 2),
+    ]
+
+
+def literal_aliases(path: Path) -> list[str]:
+    """The module-level names a file binds to a ``Literal[...]``."""
+    return [
+        ast.unparse(target)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Subscript)
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "Literal"
+        for target in node.targets
+    ]
+
+
+def test_each_literal_alias_is_defined_once() -> None:
+    homes: dict[str, list[str]] = {}
+    for path in PACKAGE_FILES:
+        for name in literal_aliases(path):
+            homes.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    assert {name: where for name, where in homes.items() if len(where) > 1} == {}
+
+
+def _dag_types() -> dict[str, set[str]]:
+    """The dataclasses the DAG's modules declare, with their fields."""
+    declared = {}
+    for path in sorted(ROOT.glob("dataflows/*.py")):
+        module = importlib.import_module(f"lookup_knowledge.dataflows.{path.stem}")
+        for name, member in vars(module).items():
+            if dataclasses.is_dataclass(member) and member.__module__ == module.__name__:
+                declared[name] = {field.name for field in dataclasses.fields(member)}
+    return declared
+
+
+DAG_TYPES = _dag_types()
+CONTRACT_MODELS = {
+    name: set(member.model_fields)
+    for name, member in vars(contract).items()
+    if isinstance(member, type)
+    and issubclass(member, contract.ContractModel)
+    and member is not contract.ContractModel
+}
+_VERDICT_PENDING = pytest.mark.xfail(
+    strict=True, reason="issue 51: the verdict's contract type is made the DAG's own in its own change"
+)
+
+
+@pytest.mark.parametrize(
+    "dag_type",
+    [pytest.param(name, marks=[_VERDICT_PENDING] if name == "EvidenceVerdict" else []) for name in DAG_TYPES],
+)
+def test_no_contract_model_copies_a_dag_type(dag_type: str) -> None:
+    """A contract model is the DAG's own type (``FallbackDecisionTrace``) or read from it by name
+    (``AttemptTrace`` from ``SearchAttempt``), never a second declaration of the same fields."""
+    fields = DAG_TYPES[dag_type]
+    copies = [
+        model
+        for model, model_fields in CONTRACT_MODELS.items()
+        if len(fields & model_fields) >= 3 and (fields <= model_fields or model_fields <= fields)
+    ]
+    assert copies == []
+
+
+def test_the_fallback_decision_is_the_contracts_own_type() -> None:
+    assert get_type_hints(fallback_decision)["return"] is contract.FallbackDecisionTrace

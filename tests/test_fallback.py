@@ -328,9 +328,9 @@ def test_decision_reads_the_bm25_tops_next_to_the_cosines(filtered, unfiltered, 
     made = fallback_decision(
         _searched("payments", *filtered), _searched(None, *unfiltered), FallbackPolicy(score_ratio=0.75), True
     )
-    assert made.rule == fired
-    assert made.use == ("filtered" if fired == "filter_holds_up" else "unfiltered")
-    assert made.values.sparse_score_ratio == (None if sparse_ratio is None else pytest.approx(sparse_ratio))
+    assert made.fired == fired
+    assert made.used == ("filtered" if fired == "filter_holds_up" else "unfiltered")
+    assert made.sparse_score_ratio == (None if sparse_ratio is None else pytest.approx(sparse_ratio))
 
 
 @pytest.mark.parametrize(
@@ -581,5 +581,5 @@ def test_a_filter_that_leaves_out_the_querys_code_falls_back(inside, outside, fi
     filtered = _holding(_searched("tools", 0.8, 6.0), *inside)
     unfiltered = _holding(_searched(None, 1.0, 10.0), *outside)
     made = fallback_decision(filtered, unfiltered, FallbackPolicy(score_ratio=0.75), True)
-    assert made.rule == fired
-    assert made.use == ("unfiltered" if fired == "filter_lost_code" else "filtered")
+    assert made.fired == fired
+    assert made.used == ("unfiltered" if fired == "filter_lost_code" else "filtered")

@@ -23,6 +23,7 @@ from hamilton import driver as hamilton_driver
 
 from lookup_knowledge import ingest, load_config
 from lookup_knowledge.adapters.qdrant_edge_store import StoreUnavailableError
+from lookup_knowledge.adapters.search import UNRESTRICTED
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 
 TOP_LEVEL = {
@@ -328,19 +329,19 @@ def test_retrieved_domains_accumulate_per_session(sample_kb, embedder):
     assert again.retrieved_domains_this_session == ["payments", "customer-support"]
     rejected = tool.lookup("", session_id="s1")
     assert rejected.retrieved_domains_this_session == ["payments", "customer-support"]
-    assert tool.session_domains("s1") == ["payments", "customer-support"]
+    assert tool.sessions.domains("s1", UNRESTRICTED) == ["payments", "customer-support"]
 
 
 def test_new_session_starts_empty(sample_kb, embedder):
     tool = make_tool(sample_kb, embedder)
     tool.lookup(REFUND_QUERY, session_id="s1")
-    assert tool.session_domains("s2") == []
+    assert tool.sessions.domains("s2", UNRESTRICTED) == []
     assert tool.lookup("", session_id="s2").retrieved_domains_this_session == []
     other = tool.lookup(FAPIAO_QUERY, session_id="s2")
     assert other.retrieved_domains_this_session == ["customer-support"]
     anonymous = tool.lookup(FAPIAO_QUERY)
     assert anonymous.retrieved_domains_this_session == ["customer-support"]
-    assert tool.session_domains(None) == []
+    assert tool.sessions.domains(None, UNRESTRICTED) == []
 
 
 # -- the tool object ----------------------------------------------------------------------------

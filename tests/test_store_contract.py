@@ -19,12 +19,12 @@ from lookup_knowledge.adapters.payload import DOC_CHUNKS_FIELD, DOC_HASH_FIELD, 
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore, StoreUnavailableError
 from lookup_knowledge.adapters.search import (
+    AccessScope,
     KnowledgeSearchPort,
     KnowledgeStore,
     SearchRequest,
     StoredChunk,
     StoredDocument,
-    access_scope,
     evidence_key,
     point_id_for,
 )
@@ -410,8 +410,10 @@ def test_sample_chunks_reads_the_first_chunks_the_caller_may_see(filled: Knowled
     assert filled.sample_chunks(2) == every[:2] and filled.sample_chunks(0) == []
     for doc_id in DOC_IDS:
         filled.set_access(doc_id, ["team-a"] if doc_id == "kafka" else ["public"])
-    assert filled.sample_chunks(100, access=access_scope(["team-b"])) == [c for c in every if c[0] != "kafka"]
-    assert ("kafka", CHUNKS[3][3]) in filled.sample_chunks(100, access=access_scope(["team-a"]))
+    assert filled.sample_chunks(100, access=AccessScope.of(["team-b"]).filter) == [
+        c for c in every if c[0] != "kafka"
+    ]
+    assert ("kafka", CHUNKS[3][3]) in filled.sample_chunks(100, access=AccessScope.of(["team-a"]).filter)
 
 
 def test_delete_documents_removes_all_their_chunks(filled: KnowledgeStore, vectors) -> None:

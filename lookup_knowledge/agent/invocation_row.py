@@ -6,21 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from lookup_knowledge.adapters.recorder import Invocation
-from lookup_knowledge.agent.request import session_key
 from lookup_knowledge.agent.tool_definition import TOOL_NAME
 from lookup_knowledge.agent.verify import block_record
 from lookup_knowledge.contract import LookupResult, evidence_domains
 
 
-def invocation_row(query: Any, session_id: str | None, result: LookupResult, latency_ms: float) -> Invocation:
-    """The ``tool_invocation`` row of one call."""
+def invocation_row(session_id: str | None, result: LookupResult, latency_ms: float) -> Invocation:
+    """The ``tool_invocation`` row of one call in ``session_id`` (a request's session key): its
+    input is the query as the result holds it (stripped; a refused one as echoed, short and encodable)."""
     trace = result.retrieval_trace
-    # A rejected query is recorded as echoed (short, encodable); an accepted one as given.
-    text = query if isinstance(query, str) and result.evidence_status != "invalid_input" else result.query
     return Invocation(
-        session_id=None if session_id is None else session_key(session_id),
+        session_id=session_id,
         tool_name=TOOL_NAME,
-        input=text,
+        input=result.query,
         status=result.evidence_status,
         evidence_count=len(result.evidence_blocks),
         retrieval_layer=trace.retrieval_layer if trace else None,

@@ -1,5 +1,5 @@
-"""The public entry point: :class:`KnowledgeTool` runs the lookup dataflow for one query at a time
-(the request validated by :mod:`lookup_knowledge.agent.request`).
+"""The public entry point: :class:`KnowledgeTool` runs the lookup dataflow for one request at a
+time (:mod:`~lookup_knowledge.agent.request`).
 
 >>> with KnowledgeTool.from_config(load_config()) as tool:  # doctest: +SKIP
 ...     result = tool.lookup("who approves refunds over 500 EUR?", session_id="s1")
@@ -10,8 +10,6 @@
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,15 +18,15 @@ from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.errors import StoreError
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.redaction import mask_secrets
-from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, access_scope
+from lookup_knowledge.adapters.search import UNRESTRICTED, AccessScope, KnowledgeSearchPort
+from lookup_knowledge.agent.failures import rejected_result, retrieval_failed_result
 from lookup_knowledge.agent.request import (
-    failure_result,
+    LookupRequest,
+    RejectedRequest,
+    RequestSettings,
     lookup_request,
-    plain_string,
-    rejected_result,
-    session_key,
-    valid_principals,
 )
+from lookup_knowledge.agent.session_memory import SessionMemory
 from lookup_knowledge.blas import one_blas_thread
 from lookup_knowledge.calibration import KeptNulls, ProbeCalibration
 from lookup_knowledge.config import Config
@@ -44,8 +42,6 @@ from lookup_knowledge.pipeline import (
 from lookup_knowledge.stores import build_embedder, calibration_path, l0_index_path, open_search_port
 
 logger = logging.getLogger(__name__)
-SESSION_MEMORY_BYTES = 32 * 2**20  # session memory's bound in bytes, beside recorder.session_memory
-_SESSION_ENTRY_BYTES = 400  # what one remembered session costs beyond its text (dict entry, objects)
 
 
 class KnowledgeTool:
@@ -53,7 +49,8 @@ class KnowledgeTool:
 
     Ports may be injected; those not given are built from the configuration, opened once and
     reused across calls. ``adapters`` are extra Hamilton lifecycle adapters (hooks, tracers) for
-    every lookup's run. Safe to call from several threads.
+    every lookup's run. What each session was returned is kept in :attr:`sessions`. Safe to call
+    from several threads.
     """
 
     def __init__(
@@ -68,6 +65,8 @@ class KnowledgeTool:
         store_calibration: ProbeCalibration | None = None,
     ) -> None:
         self.config = config
+        self.request_settings = RequestSettings.from_config(config)
+        self.sessions = SessionMemory(config.recorder.session_memory)
         self.embedder = embedder or build_embedder(config)
         self._owned_store = None
         # read from its file: read again when the file changes (an ingest in this process or another)
@@ -98,10 +97,6 @@ class KnowledgeTool:
         except ValueError:
             self.close()
             raise
-        self._sessions: OrderedDict[str, list[str]] = OrderedDict()  # least recently used first
-        self._sessions_bytes = 0  # what the sessions in memory cost (see _session_cost)
-        self.session_memory_bytes = SESSION_MEMORY_BYTES
-        self._sessions_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, config: Config, *, require_store: bool | None = None) -> KnowledgeTool:
@@ -130,53 +125,59 @@ class KnowledgeTool:
     def lookup(
         self,
         query: Any,
-        session_id: str | None = None,
+        session_id: Any = None,
         *,
-        pinned_category: str | None = None,
+        pinned_category: Any = None,
         prior_session_domains: list[str] | None = None,
         principals: Any = None,
     ) -> LookupResult:
         """Run the dataflow for one query; never raises for bad input or a failing backend.
 
-        ``prior_session_domains`` replaces the tool's in-memory session memory when the caller
-        keeps sessions itself (the invocation record does). ``principals``: the caller's groups
-        or users (a list of names); the lookup then sees only documents whose access names one of
-        them or ``public``, in every part of its result. ``None``: ``access.principals`` of the
-        configuration (itself ``None`` by default: unrestricted).
+        ``principals``: the caller's groups or users (a list of names); the lookup then sees only
+        documents whose access names one of them or ``public``, in every part of its result.
+        ``None``: ``access.principals`` of the configuration (itself ``None`` by default:
+        unrestricted). ``prior_session_domains``: see :meth:`answer`.
         """
-        request = lookup_request(
-            query, self.config.retrieval.max_query_chars, session_id, pinned_category, principals
+        request = self.request(query, session_id, pinned_category=pinned_category, principals=principals)
+        return self.answer(request, prior_session_domains)
+
+    def request(
+        self, query: Any, session_id: Any = None, *, pinned_category: Any = None, principals: Any = None
+    ) -> LookupRequest | RejectedRequest:
+        """The validated request under this tool's configuration (:func:`lookup_request`)."""
+        return lookup_request(
+            query,
+            session_id,
+            pinned_category=pinned_category,
+            principals=principals,
+            settings=self.request_settings,
         )
-        if isinstance(request, str):
-            if prior_session_domains is None:
-                session = plain_string(session_id)
-                key = session_key(session) if isinstance(session, str) else None
-                scope = self.access_scope(valid_principals(principals))
-                prior_session_domains = [] if scope is False else self.session_domains(key, scope)
-            return rejected_result(query, request, prior_session_domains)
-        scope = self.access_scope(request.principals)
+
+    def answer(
+        self, request: LookupRequest | RejectedRequest, prior_session_domains: list[str] | None = None
+    ) -> LookupResult:
+        """The result of a request: its dataflow run, or why it was refused.
+
+        ``prior_session_domains`` replaces :attr:`sessions` when the caller keeps sessions itself
+        (the invocation record does)."""
         if prior_session_domains is None:
-            prior_session_domains = self.session_domains(request.session_id, scope)
-        inputs = self.dataflow_inputs(request.query, request.pinned_category, prior_session_domains, scope)
+            prior_session_domains = self.sessions.domains(request.session_id, request.scope)
+        if isinstance(request, RejectedRequest):
+            return rejected_result(request, prior_session_domains)
+        inputs = self.dataflow_inputs(
+            request.query, request.pinned_category, prior_session_domains, request.scope
+        )
         result = self.execute_dataflow(inputs)
-        self._remember(_session_slot(request.session_id, scope), result.retrieved_domains_this_session)
+        self.sessions.add(request.session_id, request.scope, result.retrieved_domains_this_session)
         return result
 
     def calibrate(self) -> None:
         """Measure the store's probe null for this tool's searches (the configured caller) now,
         kept beside the store for its version, so that no lookup waits for it (``ingest`` does this)."""
-        scope = self.access_scope(None)
-        inputs = self.dataflow_inputs("calibration", access_scope=None if scope is False else scope)
+        scope = AccessScope.of(self.request_settings.default_principals)
+        inputs = self.dataflow_inputs("calibration", scope=scope)
         with one_blas_thread():
             self.driver.execute(["probe_null"], inputs=inputs)
-
-    def access_scope(self, principals: Sequence[str] | None | bool) -> AccessScope | None | bool:
-        """The access filter of a caller's lookups: its principals and ``public``; with none
-        given, those of ``access.principals``; ``None`` (unrestricted) when neither names any.
-        ``False`` (principals that are not valid) stays ``False``: such a caller sees nothing."""
-        if principals is False:
-            return False
-        return access_scope(principals if principals is not None else self.config.access.principals)
 
     def execute_dataflow(
         self, inputs: dict[str, Any], overrides: dict[str, Any] | None = None
@@ -192,8 +193,7 @@ class KnowledgeTool:
         except Exception as exc:  # the model, or a defect: logged with its traceback
             logger.exception("lookup failed: %s", mask_secrets(str(exc)))
             failure = exc
-        message = f"Knowledge retrieval failed: {failure}"
-        return failure_result(inputs["query"], "retrieval_failed", message, inputs["prior_session_domains"])
+        return retrieval_failed_result(inputs["query"], failure, inputs["prior_session_domains"])
 
     def execute_requests(self, inputs: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any] | None:
         """The DAG run up to its store requests (``l1_requests``) with every node it computed,
@@ -210,45 +210,18 @@ class KnowledgeTool:
         query: str,
         pinned_category: str | None = None,
         prior_session_domains: list[str] | None = None,
-        access_scope: AccessScope | None = None,
+        scope: AccessScope = UNRESTRICTED,
     ) -> dict[str, Any]:
-        """The Hamilton inputs for one (valid) query (``access_scope``: see :meth:`access_scope`),
-        with the L0 index as its file now holds it."""
+        """The Hamilton inputs for one valid (stripped) query of a caller in ``scope``, with the L0
+        index as its file now holds it."""
         self._current_l0_index()
         return {
             **self._static_inputs,
-            "query": query.strip(),
+            "query": query,
             "pinned_category": pinned_category,
             "prior_session_domains": prior_session_domains or [],
-            "access_scope": access_scope,
+            "access_scope": scope.filter,
         }
-
-    def session_domains(self, session_id: str | None, access: AccessScope | None = None) -> list[str]:
-        """Domains of evidence returned earlier in this session to callers of this access scope
-        (another scope's lookups in the same session are not shared), first seen first."""
-        if session_id is None:
-            return []
-        with self._sessions_lock:
-            return list(self._sessions.get(_session_slot(session_id, access), []))
-
-    def _remember(self, session_id: str | None, domains: list[str]) -> None:
-        """Keep the session's domains; the least recently used sessions go first once there are
-        more than ``recorder.session_memory`` or they cost more than :data:`SESSION_MEMORY_BYTES`."""
-        if session_id is None:
-            return
-        with self._sessions_lock:
-            known = self._sessions.pop(session_id, None)
-            if known is None:
-                known = []
-            else:
-                self._sessions_bytes -= _session_cost(session_id, known)
-            known.extend(d for d in domains if d not in known)
-            self._sessions[session_id] = known
-            self._sessions_bytes += _session_cost(session_id, known)
-            most, budget = self.config.recorder.session_memory, self.session_memory_bytes
-            while self._sessions and (len(self._sessions) > most or self._sessions_bytes > budget):
-                oldest, kept = self._sessions.popitem(last=False)
-                self._sessions_bytes -= _session_cost(oldest, kept)
 
     def _current_l0_index(self) -> None:
         """Read the L0 index again when its file changed since it was read (one ``stat``): an
@@ -289,14 +262,6 @@ class KnowledgeTool:
         self.close()
 
 
-def _session_slot(session_id: str | None, access: AccessScope | None) -> str | None:
-    """Where a session's domains are kept for one access scope: callers of different scopes
-    never share what a session saw, whatever session id they give."""
-    if session_id is None or access is None:
-        return session_id
-    return f"{session_id}\x00{chr(31).join(access)}"
-
-
 def _file_stamp(path: Path) -> tuple[int, int, int] | None:
     """What tells a file's versions apart cheaply: its inode, size and modification time."""
     try:
@@ -304,11 +269,6 @@ def _file_stamp(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
-
-
-def _session_cost(session_id: str, domains: list[str]) -> int:
-    """The bytes one remembered session is counted at: its text plus a fixed overhead."""
-    return _SESSION_ENTRY_BYTES + len(session_id) + sum(len(domain) for domain in domains)
 
 
 def _store_required(config: Config, require_store: bool | None) -> bool:

@@ -25,11 +25,11 @@ from lookup_knowledge.adapters.recorder import (
     InvocationRecorder,
     RecorderUnavailableError,
 )
-from lookup_knowledge.adapters.search import AccessScope, may_see
+from lookup_knowledge.adapters.search import AccessScope
 from lookup_knowledge.adapters.text import first_line
 from lookup_knowledge.agent.invocation_row import invocation_row
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
-from lookup_knowledge.agent.request import plain_string, session_key, valid_principals
+from lookup_knowledge.agent.request import LookupRequest, RejectedRequest, access_scope, session_key
 from lookup_knowledge.agent.tool_definition import (
     QUERY_DESCRIPTION,
     TOOL_DESCRIPTION,
@@ -67,13 +67,13 @@ def new_session_id(prefix: str = "session") -> str:
 class AgentLookup:
     """Recorded ``lookup_knowledge`` calls over one :class:`KnowledgeTool`: what agents call.
 
-    Each :meth:`call` reads the session's earlier evidence domains from the record, runs the
-    lookup, times it, writes one ``tool_invocation`` row and reports in the result whether the
+    Each :meth:`call` is the tool's lookup, with the session's earlier evidence domains read from
+    the record, timed, and written as one ``tool_invocation`` row; the result says whether the
     row was written (``retrievalTrace.invocationRecord``; a result without a trace, e.g.
     ``invalid_input``, gets a note in its ``message`` when the row could not be written).
     Recording never fails a lookup: with the database unavailable the failure is logged and
-    session domains come from the tool's in-memory session memory. With ``recorder=None``
-    nothing is recorded. Never raises; safe to call from several threads.
+    session domains come from the tool's session memory. With ``recorder=None`` nothing is
+    recorded. Never raises; safe to call from several threads.
 
     >>> recorder = InvocationRecorder(invocation_db_url(config))  # doctest: +SKIP
     >>> agent = AgentLookup(KnowledgeTool(config), recorder)  # doctest: +SKIP
@@ -87,19 +87,20 @@ class AgentLookup:
         self._cold_start_ms: float | None = None  # reported by the next call, then cleared
         self._lock = threading.Lock()
 
-    def warm_up(self) -> float:
+    def warm_up(self, principals: Any = None) -> float:
         """Load the query model and run one unrecorded lookup now (a cold start: the model load
         takes seconds, a first search and a first encode of its shape tens of milliseconds), so
         that calls measure only themselves; the next call reports the time as
         ``retrievalTrace.coldStartMs``. A model that fails to load is reported by each call
-        (``retrieval_failed``), not here. Returns the milliseconds it took."""
+        (``retrieval_failed``), not here. ``principals``: the callers' to come (their scope's
+        probe null is measured too). Returns the milliseconds it took."""
         started = time.perf_counter()
         try:
             self.tool.embedder.embed_query("warm-up")
         except Exception as exc:
             logger.warning("the embedding model did not load: %s", first_line(exc))
         else:
-            self.tool.lookup("warm-up lookup of the knowledge base")  # never raises
+            self.tool.lookup("warm-up lookup of the knowledge base", principals=principals)  # never raises
         cold_start_ms = round((time.perf_counter() - started) * 1000, 3)
         with self._lock:
             self._cold_start_ms = cold_start_ms
@@ -114,26 +115,21 @@ class AgentLookup:
         recorder = build_recorder(config) if record else None
         return cls(KnowledgeTool.from_config(config, require_store=require_store), recorder)
 
-    def call(self, query: Any, session_id: str | None = None, *, principals: Any = None) -> LookupResult:
+    def call(self, query: Any, session_id: Any = None, *, principals: Any = None) -> LookupResult:
         """Look up ``query`` in ``session_id`` (``None``: a session of its own) and record the call.
 
         ``principals``: the caller's groups or users (see :meth:`KnowledgeTool.lookup`; ``None``:
         ``access.principals``). A session's domains are shared only among calls of one access scope.
         """
-        query, session_id = plain_string(query), plain_string(session_id)
-        scope = self.tool.access_scope(valid_principals(principals))
-        if scope is False or (session_id is not None and not isinstance(session_id, str)):
-            result = self.tool.lookup(query, session_id, prior_session_domains=[], principals=principals)
-            return self._recorded(query, None, result, 0.0)  # invalid_input
-        if session_id is not None:  # surrogates escaped, a long id hashed, as the record keeps it
-            session_id = session_key(session_id)
-        prior_domains = self._recorded_session_domains(session_id, scope)
+        return self.run(self.tool.request(query, session_id, principals=principals))
+
+    def run(self, request: LookupRequest | RejectedRequest) -> LookupResult:
+        """Answer a request built by :meth:`KnowledgeTool.request` and record the call."""
+        prior_domains = self._recorded_session_domains(request)
         started = time.perf_counter()
-        result = self.tool.lookup(
-            query, session_id, prior_session_domains=prior_domains, principals=principals
-        )
+        result = self.tool.answer(request, prior_domains)
         latency_ms = (time.perf_counter() - started) * 1000
-        return self._recorded(query, session_id, self._with_cold_start(result), latency_ms)
+        return self._recorded(request.session_id, self._with_cold_start(result), latency_ms)
 
     def _with_cold_start(self, result: LookupResult) -> LookupResult:
         """``result`` with the cold start of :meth:`warm_up` in its trace, the first call after it."""
@@ -146,14 +142,12 @@ class AgentLookup:
         trace = result.retrieval_trace.model_copy(update={"cold_start_ms": load_ms})
         return result.model_copy(update={"retrieval_trace": trace})
 
-    def _recorded(
-        self, query: Any, session_id: str | None, result: LookupResult, latency_ms: float
-    ) -> LookupResult:
+    def _recorded(self, session_id: str | None, result: LookupResult, latency_ms: float) -> LookupResult:
         """``result``, its call written to the record (saying whether that worked)."""
         if self.recorder is None:
             return result
         try:
-            row_id = self.recorder.record(invocation_row(query, session_id, result, latency_ms))
+            row_id = self.recorder.record(invocation_row(session_id, result, latency_ms))
             status = InvocationRecordStatus(written=True, id=row_id)
         except Exception as exc:  # recording must never fail the lookup it records
             unexpected = not isinstance(exc, RecorderUnavailableError)
@@ -196,11 +190,9 @@ class AgentLookup:
         :class:`RecorderUnavailableError` when there is no record to read."""
         if self.recorder is None:
             raise RecorderUnavailableError("verify_answer needs the invocation record (recording is off)")
-        scope = self.tool.access_scope(valid_principals(principals))
+        scope = access_scope(principals, self.tool.request_settings)
         documents = self.tool.l0_index.documents
-        visible: Container[str] = (
-            () if scope is False else documents if scope is None else _Visible(documents, scope)
-        )
+        visible: Container[str] = documents if not scope.restricted else _Visible(documents, scope)
         return verify_in_session(
             answer,
             session_id,
@@ -208,18 +200,18 @@ class AgentLookup:
             visible,
             check_uncited=check_uncited,
             citation_pattern=citation_pattern,
-            access=_scope_list(scope) if scope is not False else [],
+            scope=scope,
         )
 
-    def _recorded_session_domains(self, session_id: str | None, scope: Any = None) -> list[str] | None:
-        """The session's domains from the record, of its calls in ``scope``; ``None`` (use the
-        tool's memory) without one."""
-        if session_id is None:
+    def _recorded_session_domains(self, request: LookupRequest | RejectedRequest) -> list[str] | None:
+        """The session's domains from the record, of its calls in the request's scope; ``None``
+        (use the tool's memory) without a record."""
+        if request.session_id is None or request.scope.sees_nothing:
             return []
         if self.recorder is None:
             return None
         try:
-            return self.recorder.session_domains(session_id, access=_scope_list(scope))
+            return self.recorder.session_domains(request.session_id, request.scope)
         except Exception as exc:  # an unreadable record must not fail the lookup either
             unexpected = not isinstance(exc, RecorderUnavailableError)
             logger.warning("session domains from memory, no record: %s", exc, exc_info=unexpected)
@@ -238,11 +230,6 @@ class AgentLookup:
         self.close()
 
 
-def _scope_list(scope: Any) -> list[str] | None:
-    """An access scope as the record keeps it: a list of principals, ``None`` for unrestricted."""
-    return None if scope is None or scope is False else list(scope)
-
-
 class _Visible(Container[str]):
     """The documents a caller of ``scope`` may see, asked one id at a time (a restricted
     caller's check reads only the cited documents, not every document of the index)."""
@@ -252,7 +239,7 @@ class _Visible(Container[str]):
 
     def __contains__(self, doc_id: object) -> bool:
         doc = self.documents.get(doc_id) if isinstance(doc_id, str) else None
-        return doc is not None and may_see(doc.access, self.scope)
+        return doc is not None and self.scope.may_see(doc.access)
 
 
 def verify_in_session(
@@ -263,23 +250,22 @@ def verify_in_session(
     *,
     check_uncited: bool = False,
     citation_pattern: str = CITATION_PATTERN,
-    access: list[str] | None | bool = False,
+    scope: AccessScope | None = None,
 ) -> AnswerVerdict:
     """``verify_answer`` against the blocks the record says ``session_id``'s lookups returned
-    (with ``access`` not ``False``: its lookups in that access scope, and keys returned anywhere
-    in that scope); a
-    key not returned is ``not_returned`` when another session got it or ``doc_ids`` (the L0 index)
+    (with a ``scope``: its lookups in that access scope, and keys returned anywhere in it); a key
+    not returned is ``not_returned`` when another session got it or ``doc_ids`` (the L0 index)
     holds its document, else ``unknown_key``. The verdict is recorded as a ``verify_answer`` row of
     the session (``invocationRecord`` says whether that worked). Raises
     :class:`RecorderUnavailableError` when the record cannot be read."""
     session_id = session_key(session_id)
     started = time.perf_counter()
-    rows = recorder.session_evidence(session_id, access)
+    rows = recorder.session_evidence(session_id, scope)
     returned = [ReturnedBlock.from_record(e, row.id) for row in rows for e in row.returned_evidence or []]
 
     def known_keys(keys: set[str]) -> set[str]:
         in_base = {key for key in keys if key.rsplit("#chunk-", 1)[0] in doc_ids}
-        return in_base | recorder.returned_anywhere(keys - in_base, access)
+        return in_base | recorder.returned_anywhere(keys - in_base, scope)
 
     verdict = verify_answer(
         answer,

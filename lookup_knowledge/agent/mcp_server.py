@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from importlib.metadata import version
 from io import TextIOWrapper
 from typing import Annotated, Any
@@ -67,13 +67,16 @@ INSTRUCTIONS = (
 )
 
 
-def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer:
+def build_server(
+    agent: AgentLookup, session_id: str | None = None, *, principals: Sequence[str] | None = None
+) -> MCPServer:
     """An MCP server exposing ``lookup_knowledge(query)`` and ``verify_answer(answer)``; their calls
-    share ``session_id`` (default: fresh)."""
+    share ``session_id`` (default: fresh), each made as a caller of ``principals`` (``None``:
+    ``access.principals``)."""
     session = session_id or new_session_id("mcp")
 
     def lookup_knowledge(query: str) -> Annotated[CallToolResult, LookupResult]:
-        result = agent.call(query, session)
+        result = agent.call(query, session, principals=principals)
         payload = result.model_dump(by_alias=True, mode="json")
         return CallToolResult(
             content=[TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
@@ -83,7 +86,7 @@ def build_server(agent: AgentLookup, session_id: str | None = None) -> MCPServer
 
     def verify_answer(answer: str, check_uncited: bool = False) -> Annotated[CallToolResult, AnswerVerdict]:
         try:
-            verdict = agent.verify_answer(answer, session, check_uncited=check_uncited)
+            verdict = agent.verify_answer(answer, session, check_uncited=check_uncited, principals=principals)
         except (RecorderUnavailableError, AnswerTooLongError) as exc:  # say so, serve on
             message = (
                 f"Invalid answer: {exc}"
@@ -115,16 +118,17 @@ def _defined_tool(fn: Callable[..., Any], name: str, description: str, arguments
     return tool.model_copy(update={"fn_metadata": metadata, "parameters": input_schema(arguments)})
 
 
-def serve_stdio(config: Config) -> None:
-    """Serve the configured tool over stdio until the client disconnects.
+def serve_stdio(config: Config, principals: Sequence[str] | None = None) -> None:
+    """Serve the configured tool over stdio until the client disconnects, every call made as a
+    caller of ``principals`` (``None``: ``access.principals``).
 
     A server store that is down serves anyway: each call answers ``retrieval_failed`` within
     ``store.timeout_s`` until the store is back. The query model loads before serving, so the
     first call is bounded like the others. Every frame gets an answer (:func:`read_frame`).
     """
     with AgentLookup.from_config(config, require_store=False) as agent:
-        agent.warm_up()  # the model loads before serving; the first call reports it (coldStartMs)
-        server = build_server(agent)  # the SDK sets up its log handler here
+        agent.warm_up(principals)  # the model loads before serving; the first call reports it (coldStartMs)
+        server = build_server(agent, principals=principals)  # the SDK sets up its log handler here
         for handler in logging.getLogger().handlers:
             handler.addFilter(CappedLogText())
         anyio.run(serve_frames, server)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from lookup_knowledge.adapters.embedder import Embedder
     from lookup_knowledge.adapters.recorder import Invocation, InvocationRecorder
     from lookup_knowledge.agent.lookup import AgentLookup
+    from lookup_knowledge.agent.request import LookupRequest
     from lookup_knowledge.config import Config
     from lookup_knowledge.contract import LookupResult
     from lookup_knowledge.ingestion import IngestReport
@@ -53,16 +54,9 @@ PrincipalOption = Annotated[
         "-p",
         metavar="NAME",
         help="A group or user the caller is (repeatable): only documents whose access names one of them "
-        "or public are seen. Sets access.principals; without it and without that key, unrestricted.",
+        "or public are seen. Default: access.principals; without that key, unrestricted.",
     ),
 ]
-
-
-def _principal_overrides(principals: list[str] | None) -> list[str]:
-    """``--principal`` values as the ``access.principals`` override (none given: no override)."""
-    import json
-
-    return [f"access.principals={json.dumps(principals, ensure_ascii=False)}"] if principals else []
 
 
 @app.callback()
@@ -270,38 +264,41 @@ def query_command(
 ) -> None:
     """Look up knowledge for a query and print the evidence, the fallback decision and the context."""
     from lookup_knowledge.adapters.errors import StoreError
+    from lookup_knowledge.agent.failures import rejected_result, retrieval_failed_result
     from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
-    from lookup_knowledge.agent.request import failure_result, query_problem
+    from lookup_knowledge.agent.request import RejectedRequest, RequestSettings, lookup_request
 
     if explain is not None and not explain.parent.is_dir():  # never created: may not be ours to make
         fail(f"--explain: the folder {explain.parent} does not exist")
-    settings = _config(config, [*(overrides or []), *_principal_overrides(principals)])
+    settings = _config(config, overrides)
     session = session or new_session_id("cli")  # recorded under an id of its own, never blank
-    problem = query_problem(text, settings.retrieval.max_query_chars)
-    if problem is not None:
-        rejected = failure_result(text, "invalid_input", f"Invalid query: {problem}.", [])
+    request = lookup_request(
+        text, session, principals=principals, settings=RequestSettings.from_config(settings)
+    )
+    if isinstance(request, RejectedRequest):  # refused before the store opens
+        rejected = rejected_result(request, [])
         if not no_record:
-            _record_unrun(settings, text, session, rejected.model_copy(update={"query": text[:200]}))
+            _record_unrun(settings, request.session_id, rejected)
         if as_json:  # the agent's contract on stdout, as for an outage; the reason on stderr
             _print_lookup(rejected, as_json, indent)
-        fail(f"invalid query: {problem}")
+        fail(f"invalid query: {request.problem}")
     try:
         agent = AgentLookup.from_config(settings, record=not no_record, require_store=True)  # fails fast
     except StoreError as exc:  # the agent's contract: a retrieval_failed result (exit code 1)
-        failed = failure_result(text, "retrieval_failed", f"Knowledge retrieval failed: {exc}", [])
+        failed = retrieval_failed_result(request.query, exc, [])
         if not no_record:
-            _record_unrun(settings, text, session, failed)
+            _record_unrun(settings, request.session_id, failed)
         _print_lookup(failed, as_json, indent)
         raise typer.Exit(1) from None
     with agent:
         start_up_s = seconds_since_start()  # the interpreter, imports, config, opening the store
-        cold_ms = agent.warm_up()  # a cold start: reported apart from the lookup it precedes
+        cold_ms = agent.warm_up(principals)  # a cold start: reported apart from the lookup it precedes
         started = time.perf_counter()
-        result = agent.call(text, session_id=session)
+        result = agent.run(request)
         took_ms = (time.perf_counter() - started) * 1000
         _print_lookup(result, as_json, indent)
         if explain is not None:
-            _explain(agent, result, text, explain)
+            _explain(agent, result, request, explain)
     if not as_json:  # the last line: the process's wall time up to here, the store closed
         errors.print(
             f"{seconds_since_start():.1f} s: start-up {start_up_s:.1f} s, model load "
@@ -312,12 +309,13 @@ def query_command(
         raise typer.Exit(1)
 
 
-def _explain(agent: AgentLookup, result: LookupResult, text: str, path: Path) -> None:
+def _explain(agent: AgentLookup, result: LookupResult, request: LookupRequest, path: Path) -> None:
     """Draw the executed path after the result is printed; a drawing problem is one line, not a failure."""
     from lookup_knowledge.cli.render import GRAPHVIZ_HINT, render_execution
 
+    inputs = agent.tool.dataflow_inputs(request.query, scope=request.scope)
     try:
-        drawn = render_execution(agent.tool, result, agent.tool.dataflow_inputs(text), path)
+        drawn = render_execution(agent.tool, result, inputs, path)
     except (ValueError, OSError) as exc:
         note(f"[yellow]executed path not drawn:[/] {escape(str(exc))}")
         return
@@ -337,7 +335,7 @@ def _print_lookup(result: LookupResult, as_json: bool, indent: int | None = None
         print_result(console, result)
 
 
-def _record_unrun(settings: Config, text: str, session: str | None, result: LookupResult) -> None:
+def _record_unrun(settings: Config, session: str | None, result: LookupResult) -> None:
     """A call answered before the store opened (rejected, or the store unavailable) is still
     recorded; into the default SQLite file only where a knowledge store was ingested, so a
     mistyped ``store.path`` creates nothing."""
@@ -351,7 +349,7 @@ def _record_unrun(settings: Config, text: str, session: str | None, result: Look
         return
     recorder = build_recorder(settings)
     try:
-        recorder.record(invocation_row(text, session, result, latency_ms=0.0))
+        recorder.record(invocation_row(session, result, latency_ms=0.0))
     except RecorderUnavailableError as exc:
         note(f"[yellow]not recorded:[/] {escape(str(exc))}")
     finally:
@@ -585,10 +583,13 @@ def mcp_command(
     except MissingExtraError as exc:
         fail(str(exc))
     from lookup_knowledge.agent.mcp_server import serve_stdio  # the MCP SDK loads only for this command
+    from lookup_knowledge.agent.request import access_scope
 
-    settings = _config(config, [*(overrides or []), *_principal_overrides(principals)])
+    settings = _config(config, overrides)
+    if access_scope(principals).sees_nothing:
+        fail("--principal: each principal must be a nonblank name")
     try:
-        serve_stdio(settings)
+        serve_stdio(settings, principals)
     except StoreError as exc:
         fail(str(exc), code=1)
 

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from lookup_knowledge.adapters.search import SearchRequest
+from lookup_knowledge.agent.failures import rejected_result
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
-from lookup_knowledge.agent.request import lookup_request, rejected_result
+from lookup_knowledge.agent.request import RejectedRequest
 from lookup_knowledge.blas import one_blas_thread
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult, NodeTiming
@@ -142,15 +143,14 @@ class _QueryVectors:
 
 
 def _chunk(tool: KnowledgeTool, queries: Sequence[str], pinned: Sequence[str | None]) -> _Chunk:
-    max_chars = tool.config.retrieval.max_query_chars
     rejected: dict[int, LookupResult] = {}
     inputs: dict[int, dict[str, Any]] = {}
     for i, query in enumerate(queries):
-        request = lookup_request(query, max_chars, pinned_category=pinned[i])
-        if isinstance(request, str):
-            rejected[i] = rejected_result(query, request, [])
+        request = tool.request(query, pinned_category=pinned[i])
+        if isinstance(request, RejectedRequest):
+            rejected[i] = rejected_result(request, [])
         else:
-            inputs[i] = tool.dataflow_inputs(request.query, request.pinned_category)
+            inputs[i] = tool.dataflow_inputs(request.query, request.pinned_category, scope=request.scope)
     return _Chunk(list(queries), rejected, inputs)
 
 

@@ -15,10 +15,18 @@ from conftest import make_config
 from mcp import Client
 
 from lookup_knowledge.adapters.recorder import InvocationRecorder
+from lookup_knowledge.adapters.search import UNRESTRICTED
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.agent.lookup import AgentLookup, invocation_db_url
 from lookup_knowledge.agent.mcp_server import build_server
-from lookup_knowledge.agent.request import MAX_SESSION_ID_CHARS, LookupRequest, lookup_request, session_key
+from lookup_knowledge.agent.request import (
+    MAX_SESSION_ID_CHARS,
+    LookupRequest,
+    RejectedRequest,
+    RequestSettings,
+    lookup_request,
+    session_key,
+)
 from lookup_knowledge.config import ConfigError, load_config
 
 QUERY = "Who must approve a refund above 500 EUR?"
@@ -125,14 +133,23 @@ def test_a_non_string_session_id_is_refused_and_recorded(agent: AgentLookup) -> 
     assert "the session id must be a string, not int" in result.message
 
 
-def test_the_model_is_the_one_place_of_validation() -> None:
-    request = lookup_request(np.str_("  refunds "), 100, LoudStr("s"), np.str_("payments"))
+def test_the_request_is_the_one_place_of_validation() -> None:
+    limit = RequestSettings(max_query_chars=100)
+    request = lookup_request(
+        np.str_("  refunds "), LoudStr("s"), pinned_category=np.str_("payments"), settings=limit
+    )
     assert isinstance(request, LookupRequest)
     assert (type(request.query), request.query) == (str, "refunds")
     assert type(request.session_id) is str and type(request.pinned_category) is str
-    assert lookup_request("x" * 101, 100) == (
-        "the query has 101 characters; the limit is 100 (retrieval.max_query_chars)"
+    refused = lookup_request("x" * 101, "s", principals=["hr"], settings=limit)
+    assert isinstance(refused, RejectedRequest)
+    assert refused.problem == "the query has 101 characters; the limit is 100 (retrieval.max_query_chars)"
+    assert (refused.query, refused.session_id, refused.scope.filter) == ("x" * 101, "s", ("hr", "public"))
+    nobody = lookup_request("refunds", 7, principals=[" "])
+    assert (
+        isinstance(nobody, RejectedRequest) and nobody.problem == "the session id must be a string, not int"
     )
+    assert nobody.session_id is None and nobody.scope.sees_nothing
 
 
 @pytest.mark.parametrize(
@@ -158,9 +175,9 @@ def test_session_memory_is_bounded(agent: AgentLookup) -> None:
             tool.lookup(QUERY, session_id=f"s{n}")
         tool.lookup(QUERY, session_id="s2")  # used again: now the most recent
         tool.lookup(QUERY, session_id="s5")
-        assert list(tool._sessions) == ["s4", "s2", "s5"]
-        assert tool.session_domains("s0") == []
-        assert tool.session_domains("s2") == ["payments"]
+        assert tool.sessions.session_keys() == ["s4", "s2", "s5"]
+        assert tool.sessions.domains("s0", UNRESTRICTED) == []
+        assert tool.sessions.domains("s2", UNRESTRICTED) == ["payments"]
 
 
 def _database_bytes(agent: AgentLookup) -> int:
@@ -189,26 +206,13 @@ def test_long_session_ids_cost_a_bounded_size(agent: AgentLookup) -> None:
 
     tool = agent.tool
     tool.lookup(QUERY, session_id="y" * 2**20)
-    assert tool.session_domains(session_key("y" * 2**20)) == ["payments"]
+    assert tool.sessions.domains(session_key("y" * 2**20), UNRESTRICTED) == ["payments"]
     for n in range(300):  # what 300 lookups remember, without running them
-        request = lookup_request(QUERY, 2000, session_id=f"{n:03d}" + "y" * 2**20)
-        tool._remember(request.session_id, ["payments"])
-    assert max(map(len, tool._sessions)) <= MAX_SESSION_ID_CHARS
-    print(f"session memory after 300 sessions with 1 MB ids: {tool._sessions_bytes / 1024:.0f} KiB")
-    assert tool._sessions_bytes < 300 * 1000  # was 300 MB of ids
-
-
-def test_session_memory_is_bounded_in_bytes(agent: AgentLookup) -> None:
-    shared = agent.tool
-    with KnowledgeTool(shared.config, embedder=shared.embedder, search_port=shared.search_port) as tool:
-        tool.session_memory_bytes = 3 * (400 + 100 + len("payments"))  # three sessions of 100-char ids
-        for n in range(5):
-            tool._remember(f"{n}" * 100, ["payments"])
-        assert list(tool._sessions) == ["2" * 100, "3" * 100, "4" * 100]
-        assert tool._sessions_bytes == sum(400 + 100 + len("payments") for _ in range(3))
-        tool._remember("3" * 100, ["security"])  # grows and is the most recent: the oldest goes
-        assert list(tool._sessions) == ["4" * 100, "3" * 100]
-        assert tool.session_domains("3" * 100) == ["payments", "security"]
+        request = lookup_request(QUERY, f"{n:03d}" + "y" * 2**20)
+        tool.sessions.add(request.session_id, request.scope, ["payments"])
+    assert max(map(len, tool.sessions.session_keys())) <= MAX_SESSION_ID_CHARS
+    print(f"session memory after 300 sessions with 1 MB ids: {tool.sessions.size_bytes / 1024:.0f} KiB")
+    assert tool.sessions.size_bytes < 300 * 1000  # was 300 MB of ids
 
 
 async def _call_with_extra_argument(agent: AgentLookup) -> tuple[dict, object, object]:
