@@ -197,6 +197,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.model)
 
 
+class ManualClock:
+    """A monotonic clock the test moves: a module's intervals pass when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
 class SilentServer:
     """A loopback server that accepts connections and never answers (a hung service), counting
     the connections it accepted: how often a client tried, whatever the clock says."""

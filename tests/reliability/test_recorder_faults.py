@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from conftest import SilentServer
+from conftest import ManualClock, SilentServer
 
 from lookup_knowledge.adapters import recorder as recorder_module
 from lookup_knowledge.adapters.recorder import (
@@ -32,19 +32,9 @@ def hung_postgres(silent_port: int) -> str:
     return f"postgresql+psycopg://lk:secret@127.0.0.1:{silent_port}/lk"
 
 
-class Clock:
-    """A monotonic clock the test moves: the breaker's intervals pass when the test says."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    clock = Clock()
+def clock(monkeypatch: pytest.MonkeyPatch) -> ManualClock:
+    clock = ManualClock()
     monkeypatch.setattr(recorder_module, "time", clock)  # the breaker's clock only, not the driver's
     return clock
 
@@ -78,7 +68,7 @@ def test_a_hung_database_costs_one_timeout_then_calls_fail_fast(
 
 
 def test_after_the_interval_one_call_retries(
-    hung_postgres: str, silent_server: SilentServer, clock: Clock
+    hung_postgres: str, silent_server: SilentServer, clock: ManualClock
 ) -> None:
     recorder = InvocationRecorder(hung_postgres, connect_timeout_s=TIMEOUT_S, breaker=CircuitBreaker(0.5))
     failure(lambda: recorder.record(row()))
@@ -119,7 +109,7 @@ def test_concurrent_callers_wait_at_most_once(hung_postgres: str, silent_server:
 
 
 def test_concurrent_callers_after_the_interval_send_one_trial(
-    hung_postgres: str, silent_server: SilentServer, clock: Clock
+    hung_postgres: str, silent_server: SilentServer, clock: ManualClock
 ) -> None:
     """When the interval has passed, one of 8 concurrent callers tries the database; the others
     are told a retry is under way instead of each waiting a timeout."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import make_config
+from conftest import ManualClock, make_config
 from mcp import Client, StdioServerParameters
 
 from lookup_knowledge import ingest
@@ -62,19 +62,9 @@ def test_mcp_serves_retrieval_failed_while_the_server_is_down(
             assert all(f"no answer within store.timeout_s = {TIMEOUT_S} s" in error for error in errors)
 
 
-class Clock:
-    """A monotonic clock the test moves: the port's retry interval passes when the test says."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    clock = Clock()
+def clock(monkeypatch: pytest.MonkeyPatch) -> ManualClock:
+    clock = ManualClock()
     monkeypatch.setattr(server_port, "time", clock)
     return clock
 
@@ -111,7 +101,7 @@ class FlakyStore:
 
 
 def test_the_port_answers_each_outage_and_recovers(
-    tmp_path: Path, small_corpus: Path, embedder, clock: Clock
+    tmp_path: Path, small_corpus: Path, embedder, clock: ManualClock
 ) -> None:
     config = make_config(tmp_path, store__backend="qdrant")
     ingest(small_corpus, config, embedder=embedder)
