@@ -16,7 +16,7 @@ from lookup_knowledge.contract import (
     EvidenceBlock,
     EvidenceCuts,
     EvidenceStatus,
-    EvidenceVerdictTrace,
+    EvidenceVerdict,
     FallbackDecisionTrace,
     L0Hints,
     LookupResult,
@@ -28,7 +28,6 @@ from lookup_knowledge.contract import (
 )
 from lookup_knowledge.frames import records
 
-from .abstention import EvidenceVerdict
 from .retrieval import FallbackDecision, HybridFusion, SearchAttempt
 
 MEDIUM_AGREEMENT = 3  # medium: both searches rank the top block within this place (docs/trust.md)
@@ -66,10 +65,6 @@ def evidence_status(
 def _fields(value: Any) -> dict[str, Any]:
     """A dataclass's fields by name, one level deep (what its trace model copies)."""
     return {f.name: getattr(value, f.name) for f in fields(value)}
-
-
-def _verdict_trace(verdict: EvidenceVerdict) -> EvidenceVerdictTrace:
-    return EvidenceVerdictTrace(**_fields(verdict))
 
 
 def _decision_trace(decision: FallbackDecision) -> FallbackDecisionTrace:
@@ -133,7 +128,7 @@ def retrieval_trace(
         retrieval_layer=layer,
         relative_evidence_floor=relative_evidence_floor,
         evidence_cuts=evidence_cuts,
-        evidence_verdict=_verdict_trace(evidence_verdict) if retrieval_attempts else None,
+        evidence_verdict=evidence_verdict if retrieval_attempts else None,
     )
 
 

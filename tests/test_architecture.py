@@ -11,6 +11,7 @@ import pytest
 from lookup_knowledge.adapters.search import KnowledgeSearchPort
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort
+from lookup_knowledge.pipeline import build_driver
 
 ROOT = Path(__file__).resolve().parents[1]
 UPPER_LAYERS = ("lookup_knowledge.eval", "lookup_knowledge.agent", "lookup_knowledge.cli")
@@ -51,3 +52,29 @@ def test_every_port_wrapper_forwards_every_port_method(wrapper: type) -> None:
     default = vars(KnowledgeSearchPort)
     inherited = [name for name in PORT_METHODS if getattr(wrapper, name) is default[name]]
     assert inherited == [], f"{wrapper.__name__} does not forward {inherited}"
+
+
+STORE_READS = {
+    "l1_answers",
+    "unfiltered_hits",
+    "probe_null",
+    "query_term_idf",
+}  # the nodes that ask the store
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid"])
+def test_only_the_store_reads_take_the_search_port(mode: str) -> None:
+    """Every other node reads what those return: the verdict's steps, the fallback, the rerank."""
+    graph = build_driver({"l0_enabled": True, "l1_enabled": True, "retrieval_mode": mode}).graph
+    readers = {node.name for node in graph.nodes.values() if "search_port" in node.input_types}
+    assert readers == STORE_READS
+
+
+def test_each_verdict_node_reads_at_once() -> None:
+    """The verdict is spread over named nodes, none longer than about 25 lines."""
+    tree = ast.parse((ROOT / "dataflows" / "abstention.py").read_text(encoding="utf-8"))
+    nodes = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name[0] != "_"]
+    long = {
+        node.name: node.end_lineno - node.lineno + 1 for node in nodes if node.end_lineno - node.lineno >= 25
+    }
+    assert len(nodes) >= 10 and long == {}
