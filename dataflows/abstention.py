@@ -65,6 +65,11 @@ class AbstentionPolicy:
         own = probe_null.own_questions_p5() if self.own_questions else None
         return max(self.strictness, own) if own is not None else self.strictness
 
+    @property
+    def max_relief(self) -> float:
+        """The most a bar is lowered: no informative share helps a margin further below it."""
+        return max(relief for _, relief in self.informative_reliefs)
+
     def relief(self, informative: float) -> float:
         """How far below the bar a lookup passes whose best hits hold ``informative`` of the
         query's information (:attr:`informative_reliefs`: 40% half a unit, 90% one)."""
@@ -255,7 +260,7 @@ def informative_share_needed(
     if evidence_margin is None or not lexical_coverage or query_script == "cjk":
         return False
     if margin_reason == "below_probe_null":
-        return evidence_margin >= evidence_bar - max(r for _, r in abstention_policy.informative_reliefs)
+        return evidence_margin >= evidence_bar - abstention_policy.max_relief
     reach = evidence_bar + max(evidence_bar, abstention_policy.near_bar[1])
     return margin_reason == "plausible" and evidence_margin < reach
 
@@ -288,13 +293,14 @@ def informative_share(
 ) -> InformativeShare | None:
     """The share of the query's information (its terms' IDF) the best hits hold, and the share
     in words no chunk holds; ``None`` where the store's IDF was not read or cannot tell."""
-    idf = query_term_idf.by_token if query_term_idf is not None else {}
-    ids = list(query_terms.values())
+    if query_term_idf is None:
+        return None
+    idf, unheld, ids = query_term_idf.by_token, query_term_idf.unheld, list(query_terms.values())
     total = sum(idf.get(token, 0.0) for token in ids)
     if not idf or total <= 0:
         return None
     held = sum(idf.get(query_terms[term], 0.0) for term in matched_terms) / total
-    if (unheld := query_term_idf.unheld) is None:
+    if unheld is None:
         return InformativeShare(held, None)
     return InformativeShare(held, sum(v for t in ids if (v := idf.get(t, 0.0)) >= unheld * _SAME) / total)
 

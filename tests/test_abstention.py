@@ -25,7 +25,15 @@ from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.calibration import KeptNulls, ProbeCalibration, ProbeNull, own_question, script_of
 from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock, EvidenceVerdict
 from lookup_knowledge.dataflows import abstention, query_understanding
-from lookup_knowledge.dataflows.abstention import AbstentionPolicy, informative_share, query_term_idf
+from lookup_knowledge.dataflows.abstention import (
+    AbstentionPolicy,
+    InformativeShare,
+    TermIdf,
+    informative_share,
+    informative_share_needed,
+    query_term_idf,
+    verdict_reason,
+)
 from lookup_knowledge.dataflows.postprocessing import RERANK_COLUMNS, SCREENED_COLUMNS
 from lookup_knowledge.dataflows.query_understanding import query_terms
 from lookup_knowledge.dataflows.result import completeness_hint, relevance_level
@@ -36,7 +44,7 @@ from lookup_knowledge.stores import calibration_path, l0_index_path
 POLICY = AbstentionPolicy()  # the verdict's thresholds
 INFORMATIVE_FLOOR, NEAR_BAR, UNHELD_SHARE = POLICY.informative_floor, POLICY.near_bar, POLICY.unheld_share
 INFORMATIVE_RELIEFS = POLICY.informative_reliefs
-MAX_RELIEF = max(relief for _, relief in INFORMATIVE_RELIEFS)
+MAX_RELIEF = POLICY.max_relief
 INFORMATIVE_SHARE, INFORMATIVE_RELIEF = INFORMATIVE_RELIEFS[0]  # the first relief: 40%, half a unit
 
 ANSWERABLE = "Who must approve a refund above 500 EUR?"
@@ -499,6 +507,36 @@ def test_a_policy_question_the_sample_kb_holds_in_another_sense_is_not_high(tool
         sparse = [r for r in result.evidence_blocks[0].hit_reasons if r.startswith("vector:sparse rank")]
         assert sparse and "leave~" in sparse[0] and "(policy" in sparse[0]
         assert verdict.top_hit_coverage == pytest.approx(1 / 3)  # "policy" of three terms
+
+
+def test_the_informative_share_is_the_idf_weight_of_the_terms_held() -> None:
+    terms = {"maternity": 1, "leave": 2, "policy": 3}
+    idf = TermIdf({1: 5.0, 2: 2.0, 3: 3.0}, unheld=5.0)  # no chunk holds "maternity"
+    share = informative_share(idf, terms, ("leave", "policy"))
+    assert (share.held, share.unheld) == (pytest.approx(0.5), pytest.approx(0.5))
+    assert informative_share(None, terms, ()) is None  # not read
+    assert informative_share(TermIdf({}, None), terms, ()) is None  # the store cannot tell
+
+
+def test_the_informative_share_is_read_and_decides_only_near_the_bar() -> None:
+    bar = POLICY.strictness
+    assert informative_share_needed("below_probe_null", bar - MAX_RELIEF, 0.5, "alphabetic", bar, POLICY)
+    assert not informative_share_needed(
+        "below_probe_null", bar - MAX_RELIEF - 0.01, 0.5, "alphabetic", bar, POLICY
+    )
+    assert not informative_share_needed("plausible", bar + 0.2, 0.5, "cjk", bar, POLICY)  # its words decided
+    assert not informative_share_needed("plausible", 2 * bar, 0.5, "alphabetic", bar, POLICY)
+    assert not informative_share_needed("exact_code", bar - 0.2, 0.5, "alphabetic", bar, POLICY)
+    held = InformativeShare(INFORMATIVE_SHARE, None)
+    assert (
+        verdict_reason("below_probe_null", held, bar - INFORMATIVE_RELIEF, bar, POLICY) == "informative_terms"
+    )
+    assert verdict_reason("below_probe_null", held, bar - MAX_RELIEF, bar, POLICY) == "below_probe_null"
+    little = InformativeShare(INFORMATIVE_FLOOR / 2, None)
+    assert verdict_reason("plausible", little, bar + 0.2, bar, POLICY) == "uninformative_terms"
+    unheld = InformativeShare(0.5, UNHELD_SHARE)
+    assert verdict_reason("plausible", unheld, bar + 0.2, bar, POLICY) == "unheld_terms"
+    assert verdict_reason("plausible", None, bar + 0.2, bar, POLICY) == "plausible"  # not read
 
 
 # -- codes of the blocks returned ----------------------------------------------------------------
