@@ -55,9 +55,7 @@ class AbstentionPolicy:
     informative_reliefs: tuple[tuple[float, float], ...] = ((0.4, 0.5), (0.9, 1.0))
     informative_floor: float = 0.1  # the share the best hits must hold under twice the bar
     near_bar: tuple[float, float] = (0.3, 1.0)  # the share they must hold less than a unit above the bar
-    unheld_share: float = (
-        0.5  # the information in words no chunk holds that refuses a margin under 2x the bar
-    )
+    unheld_share: float = 0.5  # the information in words no chunk holds that refuses under 2x the bar
 
     def bar(self, probe_null: ProbeNull) -> float:
         """The margin a lookup needs on this store: ``strictness``, raised (``own_questions``) to
