@@ -16,7 +16,7 @@ from lookup_knowledge.contract import FusionMethod
 from .errors import PointGoneError, StoreBackendError
 from .payload import BREADCRUMB_FIELD, CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD, EMBEDDING_MODEL_FIELD
 from .search import AccessFilter, KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
-from .sparse import Bm25Encoder, bm25_encoder, holds_identifier
+from .sparse import Bm25Encoder, holds_identifier
 
 DENSE_VECTOR = "dense"  # the named vectors every point carries
 SPARSE_VECTOR = "bm25"
@@ -260,9 +260,8 @@ class ScoredPoints:
                 for rank, (pid, score, payload, _) in enumerate(self.points, start=1)
             ]
         known = {**self._cosines, **(cosines or {})}
-        encoder, text = bm25_encoder(), self.request.query_text
-        terms = {} if self.request.scores_only else encoder.query_terms(text)
-        codes = [] if self.request.scores_only else encoder.query_codes(text)
+        terms = {} if self.request.scores_only else self.request.query_terms
+        codes = [] if self.request.scores_only else Bm25Encoder.query_codes(self.request.query_text)
         hits = []
         for pid, score, payload, vectors in self.points:
             if (cosine := known.get(pid)) is None:

@@ -123,6 +123,10 @@ class SearchRequest:
     one chunk that holds a rare identifier ranked under the dense search's best, whatever its
     BM25 score. The store then fuses that search again, by this method
     (:meth:`few_matches_search`).
+
+    ``query_terms``: the query's informative terms and their BM25 token ids (the DAG's
+    ``query_terms`` node): a sparse or hybrid hit names those its BM25 vector holds
+    (``matched_terms``; none given, none named).
     """
 
     query_text: str
@@ -136,6 +140,7 @@ class SearchRequest:
     access: AccessFilter | None = None  # the caller's :attr:`AccessScope.filter`; None: unrestricted
     scores_only: bool = False
     few_matches_fusion: FusionMethod | None = None
+    query_terms: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mode != "dense" and self.sparse_vector is None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
@@ -35,7 +35,6 @@ SPARSE_INDEX = (  # in each document's hash
     "bm25:word+cjk-bigrams+whole-identifiers+code-stopwords:english-stem:en+zh-stopwords"
 )
 MAX_MATCHED_TERMS = 8  # terms listed in a ``vector:sparse`` hit reason
-QUERY_TERMS_KEPT = 4096  # queries whose terms are kept (a few hundred bytes each)
 WORDS_KEPT = 65536  # words whose stop-word answer is kept (a large store's titles and code)
 _CJK_RUN = re.compile(
     "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]+"
@@ -83,7 +82,6 @@ class Bm25Encoder:
         self._model = qe.Bm25(
             qe.Bm25Config(language="english", tokenizer=qe.TokenizerType.Word, stopwords=english_and_chinese)
         )
-        self._cached_terms = lru_cache(maxsize=QUERY_TERMS_KEPT)(self._terms)
         self.is_stop_word = lru_cache(maxsize=WORDS_KEPT)(self._is_stop_word)
 
     def embed_document(self, text: str) -> SparseVector:
@@ -113,17 +111,14 @@ class Bm25Encoder:
     def query_terms(self, query: str) -> dict[str, int]:
         """The query's terms that are one token each -> its token id, longest first (CJK pairs
         before single characters), for naming the terms a document matched; an identifier of
-        several parts is one term (lowercased), by its whole token. Kept for the latest queries:
-        a lookup's searches and its verdict read the same query's terms."""
-        return dict(self._cached_terms(query))
-
-    def _terms(self, query: str) -> tuple[tuple[str, int], ...]:
+        several parts is one term (lowercased), by its whole token (a lookup computes them once:
+        the ``query_terms`` node)."""
         terms = dict.fromkeys(_TERM.findall(cjk_spaced(query).lower()))
         ids = {term: self._model.embed_query(term).indices for term in terms}
         whole = {i.lower(): self._model.embed_query(_whole_token(i)).indices for i in _parted(query)}
         code = {word: self._model.embed_query(_whole_token(word)).indices for word in self.code_words(query)}
         found = {term: indices[0] for term, indices in {**ids, **whole, **code}.items() if len(indices) == 1}
-        return tuple(sorted(found.items(), key=lambda item: len(item[0]), reverse=True))
+        return dict(sorted(found.items(), key=lambda item: len(item[0]), reverse=True))
 
     def code_words(self, query: str) -> list[str]:
         """The stop words the query marks as code (`` `in` ``, `` `with` ``: a template function,
@@ -138,7 +133,7 @@ class Bm25Encoder:
         return identifiers(query)
 
     @staticmethod
-    def matched_terms(query_terms: dict[str, int], document_indices: Iterable[int]) -> list[str]:
+    def matched_terms(query_terms: Mapping[str, int], document_indices: Iterable[int]) -> list[str]:
         """Of :meth:`query_terms`, those in a document's sparse vector (all of them: the verdict
         reads their share; a hit reason lists the first :data:`MAX_MATCHED_TERMS`). A matched
         whole hides its parts: a character of a CJK pair, a word of an identifier (``inv`` of
@@ -173,7 +168,7 @@ def identifier_parts(identifier: str) -> tuple[str, ...]:
     return tuple(part for part in _IDENTIFIER_SEPARATORS.split(identifier.lstrip("-")) if part)
 
 
-def made_of_codes(terms: Sequence[str], codes: Iterable[str]) -> bool:
+def made_of_codes(terms: Collection[str], codes: Iterable[str]) -> bool:
     """Whether every one of a query's informative ``terms`` belongs to one of ``codes`` (the
     code itself or a part of it, case-insensitive): the question is those codes, as "what does
     baseURL do" is ``baseURL``, and a block holding them holds what it asks about."""

@@ -38,15 +38,12 @@ from rich.table import Table
 from trust_stores import JudgedSet, judged_sets
 
 from lookup_knowledge import KnowledgeTool, load_config
+from lookup_knowledge.adapters.search import KnowledgeSearchPort
 from lookup_knowledge.adapters.sparse import held_as_written
-from lookup_knowledge.calibration import (
-    UNHELD_SHARE,
-    information_shares,
-    script_of,
-    uninformative,
-)
+from lookup_knowledge.calibration import script_of
 from lookup_knowledge.contract import EvidenceBlock
-from lookup_knowledge.dataflows.abstention import COVERAGE_HITS, INFORMATIVE_RELIEFS
+from lookup_knowledge.dataflows.abstention import AbstentionPolicy, informative_share, query_term_idf
+from lookup_knowledge.dataflows.query_understanding import query_terms
 from lookup_knowledge.eval.data import Qrels, load_qrels, relevance
 
 console = Console()
@@ -54,6 +51,7 @@ OFFTOPIC_FILE = Path(__file__).with_name("offtopic_queries.json")
 LEVELS = ("high", "medium", "low")
 GROUPS = ("answerable", "cross-corpus", "offtopic", "chitchat", "workplace")
 ANSWERABLE_TARGET = 0.97
+POLICY = AbstentionPolicy()  # the verdict's thresholds
 
 
 def judged_questions(judged: JudgedSet) -> tuple[pd.DataFrame, Qrels]:
@@ -70,9 +68,19 @@ def _hint_kind(hint: str) -> str:
 def written_terms(terms: tuple[str, ...], blocks: list[EvidenceBlock]) -> tuple[str, ...]:
     """Of the matched ``terms``, those the best blocks hold as written, not only in another
     form of their stem (``parent`` for "parental")."""
-    best = blocks[:COVERAGE_HITS]
+    best = blocks[: POLICY.coverage_hits]
     texts = ["\n".join((b.title or "", b.breadcrumb or "", b.content)).lower() for b in best]
     return tuple(term for term in terms if any(held_as_written(text, term) for text in texts))
+
+
+def information_shares(
+    text: str, matched: tuple[str, ...], port: KnowledgeSearchPort
+) -> tuple[float | None, float | None]:
+    """The verdict's two shares of the query's information (the best hits' ``matched`` terms',
+    and the words no chunk holds), read from the store whatever the margin."""
+    terms = query_terms(text)
+    share = informative_share(query_term_idf(True, terms, port), terms, matched)
+    return (share.held, share.unheld) if share else (None, None)
 
 
 def lookup_record(
@@ -103,11 +111,12 @@ def lookup_record(
         "own_p5": verdict.own_questions_p5 if verdict else None,  # the store's bar floor, to replay
     }
     # read for every lookup (the product reads them only in the band around the bar)
-    shares = information_shares(text, verdict.matched_terms, tool.search_port) if verdict else (None, None)
+    matched = tuple(verdict.matched_terms) if verdict else ()
+    shares = information_shares(text, matched, tool.search_port) if verdict else (None, None)
     record.update(informative=shares[0], unheld=shares[1])
     if verdict and unabstained is not None:
         blocks = sorted(unabstained.lookup(text).evidence_blocks, key=lambda b: -b.score)
-        written = written_terms(verdict.matched_terms, blocks)
+        written = written_terms(matched, blocks)
         record["informative_written"] = information_shares(text, written, tool.search_port)[0]
     if relevant is not None:
         record["top_relevant"] = bool(documents) and documents[0] in relevant
@@ -205,12 +214,12 @@ def would_find(records: pd.DataFrame, strictness: float) -> pd.Series:
     own = records["own_p5"] if "own_p5" in records else pd.Series(float("nan"), index=records.index)
     strictness = own.where(own > strictness, strictness)  # the store's bar (abstention.own_questions)
     informative = pd.Series(False, index=records.index)
-    for least, relief in INFORMATIVE_RELIEFS:  # the bar lowered by relief for hits holding least
+    for least, relief in POLICY.informative_reliefs:  # the bar lowered by relief for hits holding least
         informative |= (margin >= strictness - relief) & (share >= least)
     cjk = records["text"].map(script_of) == "cjk"  # a CJK query's verdict reads its words alone
-    refused = uninformative(margin, share, strictness) & ~cjk  # NaN share: not read
+    refused = POLICY.uninformative(margin, share, strictness) & ~cjk  # NaN share: not read
     unheld = records["unheld"] if "unheld" in records else pd.Series(float("nan"), index=records.index)
-    unheld_subject = (unheld >= UNHELD_SHARE) & (margin < 2 * strictness) & ~cjk
+    unheld_subject = (unheld >= POLICY.unheld_share) & (margin < 2 * strictness) & ~cjk
     passed = margin.isna() | (((margin >= strictness) & ~refused) | informative) & ~unheld_subject
     return records["dense_top"].notna() & (records["status"] != "retrieval_failed") & words & passed
 

@@ -7,20 +7,22 @@ one store, 0.45 on another). So the lookup's best dense cosine is read against *
 null distribution: the best cosines it gives the probe set (``lookup_knowledge.probes``),
 questions it cannot answer, in the query's script. The verdict's ``margin`` is how far the
 lookup's best lies above the probes' median, in units of their spread (median to 90th
-percentile); a lookup is evidence when that margin reaches ``abstention.strictness`` and (sparse,
-hybrid) the best hits hold at least one of the query's informative words. Near the bar the
-share of the query's information those words carry (the store's IDF) decides: a margin just
-short passes with much of it, one just above fails with almost none.
+percentile); a lookup is evidence when that margin reaches the store's bar and (sparse, hybrid)
+the best hits hold at least one of the query's informative words. Near the bar the share of the
+query's information those words carry (the store's IDF) decides: a margin just short passes with
+much of it, one just above fails with almost none.
 
-The trace also shows where the top block (the first returned) lies in the dense and the BM25
-search, and how much of the query it holds: the relevance level reads them (both searches
-ranking it first is what, measured, tells a relevant top block from a wrong one).
+Each step is a node: the store reads (``probe_null``, ``query_term_idf``) are the only nodes
+that take the search port; the rest read what they return. The trace also shows where the top
+block (the first returned) lies in the dense and the BM25 search, and how much of the query it
+holds: the relevance level reads them (both searches ranking it first is what, measured, tells a
+relevant top block from a wrong one).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import pandas as pd
 from hamilton.function_modifiers import config
@@ -28,68 +30,82 @@ from hamilton.function_modifiers import config
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.payload import TITLE_FIELD
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
-from lookup_knowledge.adapters.sparse import bm25_encoder, code_of, distinctive, made_of_codes
-from lookup_knowledge.calibration import (
-    NEAR_BAR,
-    UNHELD_SHARE,
-    ProbeCalibration,
-    ProbeNull,
-    information_shares,
-    script_of,
-    uninformative,
-)
-from lookup_knowledge.contract import VerdictReason
+from lookup_knowledge.adapters.sparse import code_of, distinctive, made_of_codes
+from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, Script
+from lookup_knowledge.contract import EvidenceVerdict, VerdictReason
 from lookup_knowledge.frames import column_values
 
 from .retrieval import SearchAttempt
 
-COVERAGE_HITS = 3  # the best hits whose matched terms count toward the query's coverage
-CJK_COVERAGE = 0.3  # a CJK query's share of terms its best hits must hold (set on the sample KB alone)
-# (share of the query's IDF weight the best hits hold, by how much in margin units it lowers the bar)
-INFORMATIVE_RELIEFS = ((0.4, 0.5), (0.9, 1.0))
-MAX_RELIEF = max(relief for _, relief in INFORMATIVE_RELIEFS)
 EVIDENCE_REASONS = ("plausible", "exact_code", "named_title", "informative_terms")
+_SAME = 1 - 1e-9  # an IDF read back at the unheld term's value, float rounding aside
 
 
 @dataclass(frozen=True, slots=True)
 class AbstentionPolicy:
-    """How sure the evidence must be (``abstention.*``)."""
+    """How sure the evidence must be: ``abstention.*`` from the config, and the thresholds the
+    verdict's nodes read (set on the benchmarks of ``docs/trust.md``)."""
 
     enabled: bool = True
     strictness: float = 1.5
     own_questions: bool = True  # the bar rises to the margin 95% of the store's own-text questions reach
+    coverage_hits: int = 3  # the best hits whose matched terms count toward the query's coverage
+    cjk_coverage: float = 0.3  # a CJK query's share of terms its best hits must hold (the sample KB alone)
+    # (share of the query's IDF weight the best hits hold, by how much in margin units it lowers the bar)
+    informative_reliefs: tuple[tuple[float, float], ...] = ((0.4, 0.5), (0.9, 1.0))
+    informative_floor: float = 0.1  # the share the best hits must hold under twice the bar
+    near_bar: tuple[float, float] = (0.3, 1.0)  # the share they must hold less than a unit above the bar
+    unheld_share: float = 0.5  # the information in words no chunk holds that refuses under 2x the bar
 
     def bar(self, probe_null: ProbeNull) -> float:
         """The margin a lookup needs on this store: ``strictness``, raised (``own_questions``) to
-        the margin that 95% of questions made from the store's own text reach: a store whose own
-        questions all score high (scientific abstracts) asks more of a question than one whose
-        questions score little (a docs site's short pages)."""
+        the margin that 95% of questions made from the store's own text reach."""
         own = probe_null.own_questions_p5() if self.own_questions else None
         return max(self.strictness, own) if own is not None else self.strictness
 
+    @property
+    def max_relief(self) -> float:
+        """The most a bar is lowered: no informative share helps a margin further below it."""
+        return max(relief for _, relief in self.informative_reliefs)
+
+    def relief(self, informative: float) -> float:
+        """How far below the bar a lookup passes whose best hits hold ``informative`` of the
+        query's information (:attr:`informative_reliefs`: 40% half a unit, 90% one)."""
+        return max(
+            (relief for share, relief in self.informative_reliefs if informative >= share), default=0.0
+        )
+
+    def uninformative(self, margin: Any, informative: Any, bar: Any) -> Any:
+        """Whether a margin that clears ``bar`` has best hits holding too little of the query's
+        information to count: under :attr:`informative_floor` up to twice the bar, under
+        :attr:`near_bar`'s share within its band above the bar (floats, or pandas Series alike)."""
+        share, band = self.near_bar
+        return ((margin < 2 * bar) & (informative < self.informative_floor)) | (
+            (margin < bar + band) & (informative < share)
+        )
+
+    def unheld_subject(self, margin: float, unheld: float | None, bar: float) -> bool:
+        """Whether words no chunk holds carry what the question turns on ("maternity" of "What is
+        the maternity leave policy?"): :attr:`unheld_share` of it, the margin under twice the bar."""
+        return unheld is not None and unheld >= self.unheld_share and margin < 2 * bar
+
 
 @dataclass(frozen=True, slots=True)
-class EvidenceVerdict:
-    """Whether the candidates plausibly answer the question, and what that was read from."""
+class TermIdf:
+    """The store's BM25 IDF of each query token (by token id), and that of a term no chunk holds
+    (``None``: the store cannot tell)."""
 
-    plausible: bool
-    reason: VerdictReason
-    margin: float | None = None
-    dense_top: float | None = None
-    dense_percentile: float | None = None
-    null_median: float | None = None
-    null_p90: float | None = None
-    probes: int = 0
-    lexical_coverage: float | None = None
-    top_hit_coverage: float | None = None
-    informative_coverage: float | None = None
-    unheld_share: float | None = None
-    query_terms: tuple[str, ...] = ()
-    matched_terms: tuple[str, ...] = ()
-    top_dense_rank: int | None = None
-    top_sparse_rank: int | None = None
-    strictness: float = 1.5
-    own_questions_p5: float | None = None
+    by_token: dict[int, float]
+    unheld: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class InformativeShare:
+    """Two shares of the query's information (its terms' IDF): the best hits' (``held``), and
+    that of words no chunk holds (``unheld``; ``None``: the store cannot tell)."""
+
+    held: float
+    unheld: float | None
 
 
 @config.when(l1_enabled=True)
@@ -114,231 +130,281 @@ def probe_null__l1_disabled() -> ProbeNull:
     return ProbeNull()
 
 
-def query_terms(query: str) -> tuple[str, ...]:
-    """The query's informative words: its BM25 terms (stop words removed), CJK as characters and pairs."""
-    return tuple(bm25_encoder().query_terms(query))
+def evidence_hits(retrieval_attempts: list[SearchAttempt]) -> list[SearchHit]:
+    """The usable hits of the searches whose hits were used, best first: what the verdict reads."""
+    used = [hit for attempt in retrieval_attempts if attempt.used for hit in attempt.usable]
+    return sorted(used, key=lambda hit: -hit.score)
 
 
-def _used_hits(retrieval_attempts: list[SearchAttempt]) -> list[SearchHit]:
-    return [hit for attempt in retrieval_attempts if attempt.used for hit in attempt.usable]
+def evidence_bar(abstention_policy: AbstentionPolicy, probe_null: ProbeNull) -> float:
+    """The margin a lookup needs on this store (:meth:`AbstentionPolicy.bar`)."""
+    return abstention_policy.bar(probe_null)
 
 
-def _coverage(terms: tuple[str, ...], hits: list[SearchHit]) -> tuple[float, tuple[str, ...]]:
-    """The share of the query's terms the best hits hold, and those terms."""
-    matched = {term for hit in hits[:COVERAGE_HITS] for term in hit.matched_terms}
-    held = tuple(term for term in terms if term in matched)
-    return len(held) / len(terms), held
+def dense_top(evidence_hits: list[SearchHit]) -> float | None:
+    """The best normalized (dense) score among the hits; ``None`` without hits."""
+    return max((hit.normalized_score for hit in evidence_hits), default=None)
 
 
-def _written_share(terms: tuple[str, ...], hit: SearchHit) -> float:
-    """The share of the query's terms one hit holds by itself, as written: a neighbouring
-    field's block often holds the question's words in another sense ("leavers" for "leave")."""
-    written = set(hit.written_terms())
-    return sum(term in written for term in terms) / len(terms)
+def evidence_margin(dense_top: float | None, probe_null: ProbeNull) -> float | None:
+    """How far ``dense_top`` lies above the probes' median, in units of their spread."""
+    return probe_null.margin(dense_top) if dense_top is not None else None
 
 
-def _top_block_hit(hits: list[SearchHit], returned: list[Any]) -> SearchHit:
+def top_block_hit(evidence_hits: list[SearchHit], reranked_df: pd.DataFrame) -> SearchHit | None:
     """The hit of the first returned block (the rerank may put another first than the store's
     best hit), the best hit when none is returned: what the relevance level speaks of."""
-    first = next(iter(returned), None)
-    return next((hit for hit in hits if hit.point_id == first), hits[0])
+    first = next(iter(column_values(reranked_df, "point_id")), None)
+    return next((hit for hit in evidence_hits if hit.point_id == first), next(iter(evidence_hits), None))
 
 
-def _code_holders(hits: list[SearchHit], returned: set[Any]) -> list[SearchHit]:
+def matched_terms(
+    evidence_hits: list[SearchHit],
+    query_terms: dict[str, int],
+    retrieval_mode: str,
+    abstention_policy: AbstentionPolicy,
+) -> tuple[str, ...]:
+    """The query's terms the best hits hold (sparse, hybrid; none in dense mode)."""
+    if retrieval_mode == "dense":
+        return ()
+    best = evidence_hits[: abstention_policy.coverage_hits]
+    held = {term for hit in best for term in hit.matched_terms}
+    return tuple(term for term in query_terms if term in held)
+
+
+def lexical_coverage(
+    matched_terms: tuple[str, ...], query_terms: dict[str, int], retrieval_mode: str
+) -> float | None:
+    """The share of the query's terms the best hits hold (``None``: dense mode, or no terms)."""
+    if retrieval_mode == "dense" or not query_terms:
+        return None
+    return len(matched_terms) / len(query_terms)
+
+
+def top_hit_coverage(
+    top_block_hit: SearchHit | None, query_terms: dict[str, int], retrieval_mode: str
+) -> float | None:
+    """The share of the query's terms the top block holds by itself, as written: a neighbouring
+    field's block often holds the question's words in another sense ("leavers" for "leave")."""
+    if retrieval_mode == "dense" or not query_terms or top_block_hit is None:
+        return None
+    written = set(top_block_hit.written_terms())
+    return sum(term in written for term in query_terms) / len(query_terms)
+
+
+def code_holders(
+    evidence_hits: list[SearchHit], reranked_df: pd.DataFrame, abstention_policy: AbstentionPolicy
+) -> list[SearchHit]:
     """The hits whose codes and titles may answer for themselves: the best ones and every one the
     result returns (the rerank lifts a block holding the query's code, ``rerank.exact_code``, and
     the per-document cap keeps it: the verdict vouches for the blocks an agent reads)."""
-    best = hits[:COVERAGE_HITS]
-    return best + [hit for hit in hits[COVERAGE_HITS:] if hit.point_id in returned]
+    returned = set(column_values(reranked_df, "point_id"))
+    best, rest = (
+        evidence_hits[: abstention_policy.coverage_hits],
+        evidence_hits[abstention_policy.coverage_hits :],
+    )
+    return best + [hit for hit in rest if hit.point_id in returned]
 
 
-def _reason(
-    query: str,
-    margin: float | None,
-    coverage: float | None,
-    holders: list[SearchHit],
-    policy: AbstentionPolicy,
+def named_evidence(
+    query: str, query_terms: dict[str, int], code_holders: list[SearchHit]
+) -> VerdictReason | None:
+    """``exact_code`` when a holder holds a distinctive code of the query verbatim (``E4471``, not
+    ``GitHub``), or every code of a query made of codes alone (``what does baseURL do``);
+    ``named_title`` when the query puts a holder's title in code (`` `with` ``); else ``None``."""
+    codes = [code for hit in code_holders for code in hit.exact_codes]
+    if any(distinctive(code) for code in codes) or made_of_codes(query_terms, codes):
+        return "exact_code"
+    named = {name for span in code_of(query) if (name := span.strip().lower())}
+    titles = (str(hit.payload.get(TITLE_FIELD) or "").strip().lower() for hit in code_holders)
+    return "named_title" if named and any(title in named for title in titles if title) else None
+
+
+def margin_reason(
+    named_evidence: VerdictReason | None,
+    lexical_coverage: float | None,
+    query_script: Script,
+    evidence_margin: float | None,
+    evidence_bar: float,
+    abstention_policy: AbstentionPolicy,
 ) -> VerdictReason:
-    """A hit (of ``holders``: :func:`_code_holders`) that holds one of the query's distinctive
-    codes verbatim (:func:`distinctive`: ``E4471``, not ``GitHub``) answers for itself, as do
-    hits that hold every code of a query made of codes alone (:func:`_asks_only_codes`: ``what
-    does baseURL do``) and one whose title the query puts in code (:func:`_names_a_title`);
-    otherwise, when
-    the query has BM25 terms, the best hits must hold at least one of them (an off-topic
-    question often shares none), and the best cosine must clear the store's null by
-    ``strictness`` (no null, the probes could not run: the evidence floors alone decide).
-
-    A CJK query is read by its words instead: MiniLM embeds CJK text as a few rare tokens, so
-    every CJK probe scores alike on a store and the dense null tells nothing; the best hits
-    must hold :data:`CJK_COVERAGE` of its characters and pairs."""
-    if any(distinctive(code) for hit in holders for code in hit.exact_codes):
-        return "exact_code"
-    if _asks_only_codes(query, holders):
-        return "exact_code"
-    if _names_a_title(query, holders):
-        return "named_title"
-    if coverage is not None and coverage == 0.0:
+    """The verdict before the informative share: a code or title the query names answers for
+    itself; otherwise the best hits must hold one of the query's terms (an off-topic question
+    often shares none), and the margin must reach the bar (no null: the evidence floors alone
+    decide). A CJK query is read by its words alone (MiniLM embeds CJK as a few rare tokens: the
+    dense null tells nothing): its best hits must hold ``cjk_coverage`` of its terms."""
+    if named_evidence is not None:
+        return named_evidence
+    if lexical_coverage is not None and lexical_coverage == 0.0:
         return "no_shared_terms"
-    if coverage is not None and script_of(query) == "cjk":
-        return "plausible" if coverage >= CJK_COVERAGE else "no_shared_terms"
-    if margin is not None and margin < policy.strictness:
+    if lexical_coverage is not None and query_script == "cjk":
+        return "plausible" if lexical_coverage >= abstention_policy.cjk_coverage else "no_shared_terms"
+    if evidence_margin is not None and evidence_margin < evidence_bar:
         return "below_probe_null"
     return "plausible"
 
 
-def _asks_only_codes(query: str, hits: list[SearchHit]) -> bool:
-    """Whether every informative word of the query belongs to a code a best hit holds verbatim
-    (``what does baseURL do``): the question is the code, and the hit holds it, whatever the
-    model makes of a word it cuts into pieces. A code among other words (``How do I delete my
-    GitHub account?``) does not answer for itself: the margin and the words decide, as usual."""
-    return made_of_codes(query_terms(query), (code for hit in hits for code in hit.exact_codes))
+def informative_share_needed(
+    margin_reason: VerdictReason,
+    evidence_margin: float | None,
+    lexical_coverage: float | None,
+    query_script: Script,
+    evidence_bar: float,
+    abstention_policy: AbstentionPolicy,
+) -> bool:
+    """Whether the informative share can change the verdict (the store's IDF is read only then):
+    a margin short of the bar by at most the largest relief, or above it where
+    :meth:`AbstentionPolicy.uninformative` can refuse; never for a CJK query (its words decide)."""
+    if evidence_margin is None or not lexical_coverage or query_script == "cjk":
+        return False
+    if margin_reason == "below_probe_null":
+        return evidence_margin >= evidence_bar - abstention_policy.max_relief
+    reach = evidence_bar + max(evidence_bar, abstention_policy.near_bar[1])
+    return margin_reason == "plausible" and evidence_margin < reach
 
 
-def _names_a_title(query: str, hits: list[SearchHit]) -> bool:
-    """Whether the query puts a hit's title in code (`` `with` `` for the page titled "with"):
-    it names that page, whatever the model makes of a word this short."""
-    named = {name for span in code_of(query) if (name := span.strip().lower())}
-    titles = (str(hit.payload.get(TITLE_FIELD) or "").strip().lower() for hit in hits)
-    return bool(named) and any(title in named for title in titles if title)
-
-
-def _information_shares(
-    query: str,
-    matched: tuple[str, ...],
+def query_term_idf(
+    informative_share_needed: bool,
+    query_terms: dict[str, int],
     search_port: KnowledgeSearchPort,
-    request: SearchRequest,
-    calibration: ProbeCalibration | None,
-) -> tuple[float | None, float | None]:
-    """:func:`information_shares` under the request's access (IDFs kept by the store's
-    calibration); a store failing now leaves the margin to decide (``None``)."""
+    access_scope: tuple | None = None,
+    store_calibration: ProbeCalibration | None = None,
+) -> TermIdf | None:
+    """The store's IDF of the query's terms and of a term no chunk holds, among the chunks the
+    caller may see (kept by the store's calibration), read only when needed; ``None`` then, or
+    when the store fails now (the margin alone decides)."""
+    if not informative_share_needed:
+        return None
+    ids = list(query_terms.values())
     try:
-        return information_shares(query, matched, search_port, request.access, calibration)
+        if store_calibration is None:
+            idf = search_port.term_idf(ids, access_scope)
+            return TermIdf(idf, search_port.unheld_term_idf() if idf else None)
+        idf = store_calibration.term_idf(search_port, ids, access_scope)
+        return TermIdf(idf, store_calibration.unheld_term_idf(search_port) if idf else None)
     except Exception:  # the store failed after the search: the margin alone decides
-        return None, None
+        return None
 
 
-def _relieved(margin: float | None, coverage: float | None, policy: AbstentionPolicy) -> bool:
-    """Whether a lookup refused by its margin alone comes close enough to the bar that the
-    query's informative words may decide (``MAX_RELIEF`` below ``strictness``)."""
-    return margin is not None and bool(coverage) and margin >= policy.strictness - MAX_RELIEF
+def informative_share(
+    query_term_idf: TermIdf | None, query_terms: dict[str, int], matched_terms: tuple[str, ...]
+) -> InformativeShare | None:
+    """The share of the query's information (its terms' IDF) the best hits hold, and the share
+    in words no chunk holds; ``None`` where the store's IDF was not read or cannot tell."""
+    if query_term_idf is None:
+        return None
+    idf, unheld, ids = query_term_idf.by_token, query_term_idf.unheld, list(query_terms.values())
+    total = sum(idf.get(token, 0.0) for token in ids)
+    if not idf or total <= 0:
+        return None
+    held = sum(idf.get(query_terms[term], 0.0) for term in matched_terms) / total
+    if unheld is None:
+        return InformativeShare(held, None)
+    return InformativeShare(held, sum(v for t in ids if (v := idf.get(t, 0.0)) >= unheld * _SAME) / total)
 
 
-def _relief(informative: float) -> float:
-    """How far below ``strictness`` the bar lies for hits holding ``informative`` of the query's
-    information (:data:`INFORMATIVE_RELIEFS`: 40% lowers it by half a unit, 90% by one)."""
-    return max((relief for share, relief in INFORMATIVE_RELIEFS if informative >= share), default=0.0)
-
-
-def _informative_verdict(
-    reason: VerdictReason,
-    margin: float | None,
-    informative: float | None,
-    unheld: float | None,
-    policy: AbstentionPolicy,
+def verdict_reason(
+    margin_reason: VerdictReason,
+    informative_share: InformativeShare | None,
+    evidence_margin: float | None,
+    evidence_bar: float,
+    abstention_policy: AbstentionPolicy,
 ) -> VerdictReason:
-    """The verdict once the query's informative share is read: a lookup short of the bar passes
-    when its best hits hold enough of the query's information (:func:`_relief`); one just above
-    it fails when they hold too little (:func:`uninformative`: the common words of a question
-    the store has nothing on, "days" of "How many vacation days do I get?", or a neighbouring
-    field's question whose hits share its general words, not its subject). Either fails under
-    twice the bar when words no chunk holds carry :data:`UNHELD_SHARE` of the query's
-    information: the store never writes what the question turns on ("maternity" of "What is
-    the maternity leave policy?"), its nearness is the rest's ("leave", "policy")."""
-    if informative is None or margin is None:
-        return reason
-    if reason == "below_probe_null" and margin >= policy.strictness - _relief(informative):
+    """The reason once the informative share is read: a margin short of the bar passes when the
+    best hits hold enough of the query's information (:meth:`AbstentionPolicy.relief`); one just
+    above it fails when they hold too little (:meth:`AbstentionPolicy.uninformative`); either
+    fails when words no chunk holds carry the question (:meth:`AbstentionPolicy.unheld_subject`)."""
+    share, margin, bar, policy = informative_share, evidence_margin, evidence_bar, abstention_policy
+    if share is None or margin is None:
+        return margin_reason
+    reason = margin_reason
+    if reason == "below_probe_null" and margin >= bar - policy.relief(share.held):
         reason = "informative_terms"
-    elif reason == "plausible" and uninformative(margin, informative, policy.strictness):
+    elif reason == "plausible" and policy.uninformative(margin, share.held, bar):
         return "uninformative_terms"
-    if reason in ("plausible", "informative_terms") and _unheld_subject(margin, unheld, policy):
+    if reason in ("plausible", "informative_terms") and policy.unheld_subject(margin, share.unheld, bar):
         return "unheld_terms"
     return reason
 
 
-def _unheld_subject(margin: float, unheld: float | None, policy: AbstentionPolicy) -> bool:
-    return unheld is not None and unheld >= UNHELD_SHARE and margin < 2 * policy.strictness
+class MarginReadings(TypedDict):
+    """What the verdict read of the margin: the best cosine against the store's null and bar."""
+
+    margin: float | None
+    dense_top: float | None
+    dense_percentile: float | None
+    null_median: float | None
+    null_p90: float | None
+    probes: int
+    strictness: float
+    own_questions_p5: float | None
 
 
-def _reads_informative_share(
-    reason: VerdictReason, margin: float | None, coverage: float | None, policy: AbstentionPolicy
-) -> bool:
-    """Whether the verdict depends on the informative share: near the bar from below
-    (:func:`_relieved`) or above it where :func:`uninformative` can refuse (the store's IDF is
-    read only then)."""
-    if reason == "below_probe_null":
-        return _relieved(margin, coverage, policy)
-    reach = policy.strictness + max(policy.strictness, NEAR_BAR[1])  # where uninformative() can refuse
-    return reason == "plausible" and margin is not None and bool(coverage) and margin < reach
+class TermReadings(TypedDict):
+    """What the verdict read of the query's terms in the best hits and the top block."""
+
+    query_terms: list[str]
+    matched_terms: list[str]
+    lexical_coverage: float | None
+    top_hit_coverage: float | None
+    informative_coverage: float | None
+    unheld_share: float | None
 
 
-def evidence_verdict(
-    query: str,
-    query_terms: tuple[str, ...],
-    retrieval_attempts: list[SearchAttempt],
-    probe_null: ProbeNull,
-    abstention_policy: AbstentionPolicy,
-    retrieval_mode: str,
-    search_port: KnowledgeSearchPort,
-    reranked_df: pd.DataFrame,
-    search_request: SearchRequest | None = None,
-    store_calibration: ProbeCalibration | None = None,
-) -> EvidenceVerdict:
-    """Whether the usable hits plausibly answer the question: the margin of their best cosine
-    over the store's probe null against the store's bar (:meth:`AbstentionPolicy.bar`:
-    ``abstention.strictness``, raised where the store's own questions score high); a margin short of it passes
-    when the best hits hold words that carry enough of the query's information (40% for half a
-    unit short, 90% for one: :data:`INFORMATIVE_RELIEFS`; the store's BM25 IDF, read only then); a
-    margin just above it fails when they hold too little (:func:`uninformative`). Codes and
-    titles are read from the returned blocks (``reranked_df``) as well (:func:`_code_holders`).
-    No ``search_request`` (L1 disabled): no store was searched, no hits to read."""
-    hits = sorted(_used_hits(retrieval_attempts), key=lambda hit: -hit.score)
-    policy = replace(abstention_policy, strictness=abstention_policy.bar(probe_null))  # this store's bar
-    own = probe_null.own_questions_p5()
-    if not hits:
-        return EvidenceVerdict(
-            False,
-            "no_candidates",
-            query_terms=query_terms,
-            strictness=policy.strictness,
-            own_questions_p5=own,
-        )
-    dense_top = max(hit.normalized_score for hit in hits)
-    margin = probe_null.margin(dense_top)
-    returned = column_values(reranked_df, "point_id")
-    top = _top_block_hit(hits, returned)
-    coverage, matched, top_coverage = (None, (), None)
-    if retrieval_mode != "dense" and query_terms:
-        coverage, matched = _coverage(query_terms, hits)
-        top_coverage = _written_share(query_terms, top)
-    holders = _code_holders(hits, set(returned))
-    reason = _reason(query, margin, coverage, holders, policy)
-    informative = unheld = None
-    words_decide = script_of(query) == "cjk"  # a CJK query's verdict is its words' share already
-    if (
-        search_request is not None
-        and not words_decide
-        and _reads_informative_share(reason, margin, coverage, policy)
-    ):
-        shares = _information_shares(query, matched, search_port, search_request, store_calibration)
-        informative, unheld = shares
-        reason = _informative_verdict(reason, margin, informative, unheld, policy)
-    return EvidenceVerdict(
-        plausible=not policy.enabled or reason in EVIDENCE_REASONS,
-        reason=reason,
-        margin=margin,
+def margin_readings(
+    probe_null: ProbeNull, dense_top: float | None, evidence_margin: float | None, evidence_bar: float
+) -> MarginReadings:
+    """The margin, the null it was read against (median, 90th percentile, probes, ``dense_top``'s
+    percentile among them) and the store's bar."""
+    return MarginReadings(
+        margin=evidence_margin,
         dense_top=dense_top,
-        dense_percentile=probe_null.dense_percentile(dense_top),
+        dense_percentile=probe_null.dense_percentile(dense_top) if dense_top is not None else None,
         null_median=probe_null.quantile(0.5),
         null_p90=probe_null.quantile(0.9),
         probes=len(probe_null.dense_tops),
-        lexical_coverage=coverage,
-        top_hit_coverage=top_coverage,
-        informative_coverage=informative,
-        unheld_share=unheld,
-        query_terms=query_terms,
-        matched_terms=matched,
-        top_dense_rank=top.dense_rank,
-        top_sparse_rank=top.sparse_rank,
-        strictness=policy.strictness,
-        own_questions_p5=own,
+        strictness=evidence_bar,
+        own_questions_p5=probe_null.own_questions_p5(),
+    )
+
+
+def term_readings(
+    query_terms: dict[str, int],
+    matched_terms: tuple[str, ...],
+    lexical_coverage: float | None,
+    top_hit_coverage: float | None,
+    informative_share: InformativeShare | None,
+) -> TermReadings:
+    """The query's terms, those the best hits hold, and the shares the verdict read."""
+    return TermReadings(
+        query_terms=list(query_terms),
+        matched_terms=list(matched_terms),
+        lexical_coverage=lexical_coverage,
+        top_hit_coverage=top_hit_coverage,
+        informative_coverage=informative_share.held if informative_share else None,
+        unheld_share=informative_share.unheld if informative_share else None,
+    )
+
+
+def evidence_verdict(
+    verdict_reason: VerdictReason,
+    abstention_policy: AbstentionPolicy,
+    margin_readings: MarginReadings,
+    term_readings: TermReadings,
+    top_block_hit: SearchHit | None,
+) -> EvidenceVerdict:
+    """Whether the usable hits plausibly answer the question (``verdict_reason``; every reason
+    passes with ``abstention.enabled`` off), with what that was read from."""
+    if top_block_hit is None:  # no hits: nothing read but the query's terms and the bar
+        bar = {key: margin_readings[key] for key in ("strictness", "own_questions_p5")}
+        return EvidenceVerdict(
+            plausible=False, reason="no_candidates", query_terms=term_readings["query_terms"], **bar
+        )
+    return EvidenceVerdict(
+        plausible=not abstention_policy.enabled or verdict_reason in EVIDENCE_REASONS,
+        reason=verdict_reason,
+        top_dense_rank=top_block_hit.dense_rank,
+        top_sparse_rank=top_block_hit.sparse_rank,
+        **margin_readings,
+        **term_readings,
     )

@@ -277,7 +277,7 @@ def evidence_cuts(screened_df: pd.DataFrame, deduped_df: pd.DataFrame) -> Eviden
 
 
 def reranked_df(
-    deduped_df: pd.DataFrame, rerank_weights: RerankConfig, query_terms: tuple[str, ...]
+    deduped_df: pd.DataFrame, rerank_weights: RerankConfig, query_terms: dict[str, int]
 ) -> pd.DataFrame:
     """Rule-based rerank: weighted rank score plus recorded boosts; ties keep the store's order
     (rank fusion ties often: two hits first in one search and second in the other), then go

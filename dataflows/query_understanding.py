@@ -1,5 +1,5 @@
-"""Query understanding: the query's dense and BM25 vectors, and the L0 hints with the category
-filter they imply."""
+"""Query understanding: the query's dense and BM25 vectors, its informative terms and script, and
+the L0 hints with the category filter they imply."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from hamilton.function_modifiers import config
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
 from lookup_knowledge.adapters.sparse import SparseVector, bm25_encoder
+from lookup_knowledge.calibration import Script, script_of
 from lookup_knowledge.contract import L0Hints
 
 
@@ -23,6 +24,17 @@ def query_sparse_vector(query: str) -> SparseVector:
     """The query's BM25 terms (CJK-aware, as the chunks were indexed), weight 1 each; the store
     applies IDF."""
     return bm25_encoder().embed_query(query)
+
+
+def query_terms(query: str) -> dict[str, int]:
+    """The query's informative words (its BM25 terms, stop words removed; CJK as characters and
+    pairs), each with its BM25 token id, longest first: computed once for every reader."""
+    return bm25_encoder().query_terms(query)
+
+
+def query_script(query: str) -> Script:
+    """``cjk`` when most of the query's letters are CJK, else ``alphabetic``."""
+    return script_of(query)
 
 
 @config.when(l0_enabled=True)

@@ -15,7 +15,7 @@ from lookup_knowledge.contract import (
     EvidenceBlock,
     EvidenceCuts,
     EvidenceStatus,
-    EvidenceVerdictTrace,
+    EvidenceVerdict,
     FallbackDecisionTrace,
     L0Hints,
     LookupResult,
@@ -27,7 +27,6 @@ from lookup_knowledge.contract import (
 )
 from lookup_knowledge.frames import records
 
-from .abstention import EvidenceVerdict
 from .retrieval import HybridFusion, SearchAttempt
 
 MEDIUM_AGREEMENT = 3  # medium: both searches rank the top block within this place (docs/trust.md)
@@ -65,10 +64,6 @@ def evidence_status(
 def _fields(value: Any) -> dict[str, Any]:
     """A dataclass's fields by name, one level deep (what its trace model copies)."""
     return {f.name: getattr(value, f.name) for f in fields(value)}
-
-
-def _verdict_trace(verdict: EvidenceVerdict) -> EvidenceVerdictTrace:
-    return EvidenceVerdictTrace(**_fields(verdict))
 
 
 def retrieval_trace(
@@ -111,7 +106,7 @@ def retrieval_trace(
         retrieval_layer=layer,
         relative_evidence_floor=relative_evidence_floor,
         evidence_cuts=evidence_cuts,
-        evidence_verdict=_verdict_trace(evidence_verdict) if retrieval_attempts else None,
+        evidence_verdict=evidence_verdict if retrieval_attempts else None,
     )
 
 

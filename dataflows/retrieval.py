@@ -115,13 +115,21 @@ def search_request__sparse(
     query: str,
     query_vector: np.ndarray,
     query_sparse_vector: SparseVector,
+    query_terms: dict[str, int],
     retrieve_k: int,
     access_scope: tuple | None = None,
 ) -> SearchRequest:
     """Sparse search: chunks ranked by BM25, ``retrieve_k`` wide, among those the caller may see
-    (the query vector only scores them: their normalized score stays the dense cosine)."""
+    (the query vector only scores them: their normalized score stays the dense cosine), each hit
+    naming the query's terms it holds."""
     return SearchRequest(
-        query, query_vector, retrieve_k, mode="sparse", sparse_vector=query_sparse_vector, access=access_scope
+        query,
+        query_vector,
+        retrieve_k,
+        mode="sparse",
+        sparse_vector=query_sparse_vector,
+        access=access_scope,
+        query_terms=query_terms,
     )
 
 
@@ -130,12 +138,13 @@ def search_request__hybrid(
     query: str,
     query_vector: np.ndarray,
     query_sparse_vector: SparseVector,
+    query_terms: dict[str, int],
     retrieve_k: int,
     hybrid_fusion: HybridFusion,
     access_scope: tuple | None = None,
 ) -> SearchRequest:
     """Hybrid search: a dense and a sparse prefetch fused inside the store, ``retrieve_k`` wide,
-    both prefetches under the caller's access filter."""
+    both prefetches under the caller's access filter, each hit naming the query's terms it holds."""
     return SearchRequest(
         query,
         query_vector,
@@ -146,6 +155,7 @@ def search_request__hybrid(
         prefetch_k=hybrid_fusion.prefetch_k,
         access=access_scope,
         few_matches_fusion=hybrid_fusion.few_matches,
+        query_terms=query_terms,
     )
 
 

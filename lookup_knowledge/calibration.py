@@ -113,9 +113,6 @@ def _top_cosine(hits: list[SearchHit]) -> float:
 
 
 MAX_SHAPES = 1024  # nulls kept: a search shape per access scope, so a server's callers add up
-INFORMATIVE_FLOOR = 0.1  # the share the best hits must hold of a lookup whose margin is under twice the bar
-NEAR_BAR = (0.3, 1.0)  # the share they must hold of one less than a margin unit above the bar
-UNHELD_SHARE = 0.5  # the query's information in words no chunk holds that refuses a margin under 2x the bar
 MAX_TERMS = 100_000  # token IDFs kept per store and access scope (then forgotten and read again)
 
 
@@ -370,42 +367,4 @@ def _own_tops(
     return tuple(
         _top_cosine([hit for hit in hits if hit.doc_id != doc_id])
         for doc_id, hits in zip(questions, answers, strict=True)
-    )
-
-
-def information_shares(
-    query: str,
-    matched: tuple[str, ...],
-    search_port: KnowledgeSearchPort,
-    access: AccessFilter | None = None,
-    calibration: ProbeCalibration | None = None,
-) -> tuple[float | None, float | None]:
-    """Two shares of the query's information (the store's BM25 IDF of some of its terms over
-    that of all of them), read through ``calibration`` when given (IDFs kept): the share the best
-    hits hold (the terms ``matched``), and the share in words no chunk of the store holds
-    ("maternity" of "What is the maternity leave policy?" on a store of runbooks). ``None``
-    where the store cannot tell. Raises what the store raises."""
-    tokens = bm25_encoder().query_terms(query)
-    ids = list(tokens.values())
-    idf = calibration.term_idf(search_port, ids, access) if calibration else search_port.term_idf(ids, access)
-    total = sum(idf.get(token, 0.0) for token in ids)
-    if not idf or total <= 0:
-        return None, None
-    held = sum(idf.get(tokens[term], 0.0) for term in matched) / total
-    unheld = calibration.unheld_term_idf(search_port) if calibration else search_port.unheld_term_idf()
-    if unheld is None:
-        return held, None
-    return held, sum(value for token in ids if (value := idf.get(token, 0.0)) >= unheld * _SAME) / total
-
-
-_SAME = 1 - 1e-9  # an IDF read back at the unheld term's value, float rounding aside
-
-
-def uninformative(margin: Any, informative: Any, bar: Any) -> Any:
-    """Whether a margin that clears ``bar`` has best hits holding too little of the query's
-    information to count: under :data:`INFORMATIVE_FLOOR` up to twice the bar, under
-    :data:`NEAR_BAR`'s share within its band above the bar (floats, or pandas Series alike)."""
-    share, band = NEAR_BAR
-    return ((margin < 2 * bar) & (informative < INFORMATIVE_FLOOR)) | (
-        (margin < bar + band) & (informative < share)
     )

@@ -262,8 +262,9 @@ class InvocationRecordStatus(ContractModel):
     error: str | None = None
 
 
-class EvidenceVerdictTrace(ContractModel):
-    """What the abstention verdict read and decided (``docs/trust.md``)."""
+class EvidenceVerdict(ContractModel):
+    """What the abstention verdict read and decided (``docs/trust.md``): the ``evidence_verdict``
+    node's own output, in the trace as it is."""
 
     plausible: bool = Field(description="whether the hits plausibly answer the question (else no_evidence)")
     reason: VerdictReason = Field(
@@ -280,18 +281,25 @@ class EvidenceVerdictTrace(ContractModel):
         "no chunk holds carry at least half of the query's information (unheld_share)"
     )
     margin: float | None = Field(
+        None,
         description="how far dense_top lies above the store's probe median, in units of the probes' "
-        "spread (median to 90th percentile); evidence needs at least strictness"
+        "spread (median to 90th percentile); evidence needs at least strictness",
     )
-    dense_top: float | None = Field(description="the best normalized (dense) score among the candidates")
+    dense_top: float | None = Field(
+        None, description="the best normalized (dense) score among the candidates"
+    )
     dense_percentile: float | None = Field(
-        description="share of the store's probe questions (it cannot answer) scoring below dense_top"
+        None, description="share of the store's probe questions (it cannot answer) scoring below dense_top"
     )
-    null_median: float | None = Field(description="the probes' median top score on this store")
-    null_p90: float | None = Field(description="the top score nine in ten probes stay under")
-    probes: int = Field(description="probe questions in the store's null distribution (the query's script)")
+    null_median: float | None = Field(None, description="the probes' median top score on this store")
+    null_p90: float | None = Field(None, description="the top score nine in ten probes stay under")
+    probes: int = Field(
+        0, description="probe questions in the store's null distribution (the query's script)"
+    )
     lexical_coverage: float | None = Field(
-        description="share of the query's terms the best three hits hold (sparse, hybrid; None in dense mode)"
+        None,
+        description="share of the query's terms the best three hits hold (sparse, hybrid; None in dense "
+        "mode)",
     )
     top_hit_coverage: float | None = Field(
         None,
@@ -310,16 +318,20 @@ class EvidenceVerdictTrace(ContractModel):
         description="read with informative_coverage: the store's BM25 IDF of the query's terms that no "
         "chunk the caller may see holds, over that of all its terms",
     )
-    query_terms: list[str] = Field(description="the query's informative terms (stop words removed)")
-    matched_terms: list[str] = Field(description="those the best hits hold")
-    top_dense_rank: int | None = Field(
-        description="the top block's place in the dense search (the first returned block, else the best "
-        "hit; None: not in it)"
+    query_terms: list[str] = Field(
+        default_factory=list, description="the query's informative terms (stop words removed)"
     )
-    top_sparse_rank: int | None = Field(description="its place in the BM25 search (None: not in it)")
+    matched_terms: list[str] = Field(default_factory=list, description="those the best hits hold")
+    top_dense_rank: int | None = Field(
+        None,
+        description="the top block's place in the dense search (the first returned block, else the best "
+        "hit; None: not in it)",
+    )
+    top_sparse_rank: int | None = Field(None, description="its place in the BM25 search (None: not in it)")
     strictness: float = Field(
+        1.5,
         description="the margin needed on this store: abstention.strictness, raised to own_questions_p5 "
-        "when that is higher (abstention.own_questions)"
+        "when that is higher (abstention.own_questions)",
     )
     own_questions_p5: float | None = Field(
         None,
@@ -352,7 +364,7 @@ class RetrievalTrace(ContractModel):
     retrieval_layer: Literal["L0+L1", "L1"]
     relative_evidence_floor: float = 0.0
     evidence_cuts: EvidenceCuts = Field(default_factory=EvidenceCuts)
-    evidence_verdict: EvidenceVerdictTrace | None = Field(
+    evidence_verdict: EvidenceVerdict | None = Field(
         None, description="whether the candidates plausibly answer the question, and what that read"
     )
     executed_nodes: list[NodeTiming] = Field(default_factory=list)

@@ -16,38 +16,35 @@ from typing import Any
 import pandas as pd
 import pytest
 from dataflow_fixtures import FaultySearchPort, SampleKB, as_json, make_hit, make_tool
+from hamilton import driver
 from hashing_embedder import HashingEmbedder
 
 from lookup_knowledge import sample_knowledge_base
 from lookup_knowledge.adapters.search import AccessScope, SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
-from lookup_knowledge.calibration import (
-    INFORMATIVE_FLOOR,
-    NEAR_BAR,
-    UNHELD_SHARE,
-    KeptNulls,
-    ProbeCalibration,
-    ProbeNull,
-    information_shares,
-    own_question,
-    script_of,
-    uninformative,
-)
-from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock
+from lookup_knowledge.calibration import KeptNulls, ProbeCalibration, ProbeNull, own_question, script_of
+from lookup_knowledge.contract import ContextPack, ContextPackSummary, EvidenceBlock, EvidenceVerdict
+from lookup_knowledge.dataflows import abstention, query_understanding
 from lookup_knowledge.dataflows.abstention import (
-    INFORMATIVE_RELIEFS,
-    MAX_RELIEF,
     AbstentionPolicy,
-    EvidenceVerdict,
-    evidence_verdict,
-    query_terms,
+    InformativeShare,
+    TermIdf,
+    informative_share,
+    informative_share_needed,
+    query_term_idf,
+    verdict_reason,
 )
 from lookup_knowledge.dataflows.postprocessing import RERANK_COLUMNS, SCREENED_COLUMNS
+from lookup_knowledge.dataflows.query_understanding import query_terms
 from lookup_knowledge.dataflows.result import completeness_hint, relevance_level
 from lookup_knowledge.dataflows.retrieval import SearchAttempt
 from lookup_knowledge.frames import object_frame
 from lookup_knowledge.stores import calibration_path, l0_index_path
 
+POLICY = AbstentionPolicy()  # the verdict's thresholds
+INFORMATIVE_FLOOR, NEAR_BAR, UNHELD_SHARE = POLICY.informative_floor, POLICY.near_bar, POLICY.unheld_share
+INFORMATIVE_RELIEFS = POLICY.informative_reliefs
+MAX_RELIEF = POLICY.max_relief
 INFORMATIVE_SHARE, INFORMATIVE_RELIEF = INFORMATIVE_RELIEFS[0]  # the first relief: 40%, half a unit
 
 ANSWERABLE = "Who must approve a refund above 500 EUR?"
@@ -237,10 +234,10 @@ def test_uninformative_reads_floats_and_series_alike() -> None:
         (2 * bar + 0.1, 0.0, False),  # far above the bar: the margin alone decides
     ]
     for margin, informative, refused in cases:
-        assert bool(uninformative(margin, informative, bar)) is refused, (margin, informative)
+        assert bool(POLICY.uninformative(margin, informative, bar)) is refused, (margin, informative)
     margins, shares = pd.Series([c[0] for c in cases]), pd.Series([c[1] for c in cases])
-    assert uninformative(margins, shares, bar).tolist() == [c[2] for c in cases]
-    assert not uninformative(bar + 0.1, float("nan"), bar)  # a share not read refuses nothing
+    assert POLICY.uninformative(margins, shares, bar).tolist() == [c[2] for c in cases]
+    assert not POLICY.uninformative(bar + 0.1, float("nan"), bar)  # a share not read refuses nothing
 
 
 def test_own_questions_come_one_per_document_from_the_first_sentence_of_six_words() -> None:
@@ -480,10 +477,11 @@ def test_a_lookup_below_the_stores_bar_is_not_high() -> None:
     """Evidence only by the informative words its hits hold ("Which wine goes with grilled
     salmon?" on SciFact's abstracts: margin under the bar, both searches agreeing on a salmon
     abstract): the level does not vouch for it."""
-    below_bar = replace(_verdict(1, 1, margin=1.2), reason="informative_terms")
+    below_bar = _verdict(1, 1, margin=1.2).model_copy(update={"reason": "informative_terms"})
     assert relevance_level("evidence", below_bar, "hybrid") == "medium"
-    assert relevance_level("evidence", replace(below_bar, top_dense_rank=4), "hybrid") == "low"
-    assert relevance_level("evidence", replace(below_bar, reason="exact_code"), "hybrid") == "high"
+    fourth, by_code = ({"top_dense_rank": 4}, {"reason": "exact_code"})
+    assert relevance_level("evidence", below_bar.model_copy(update=fourth), "hybrid") == "low"
+    assert relevance_level("evidence", below_bar.model_copy(update=by_code), "hybrid") == "high"
 
 
 def test_a_hit_holds_a_term_as_written_not_in_another_form_of_its_stem() -> None:
@@ -511,6 +509,36 @@ def test_a_policy_question_the_sample_kb_holds_in_another_sense_is_not_high(tool
         assert verdict.top_hit_coverage == pytest.approx(1 / 3)  # "policy" of three terms
 
 
+def test_the_informative_share_is_the_idf_weight_of_the_terms_held() -> None:
+    terms = {"maternity": 1, "leave": 2, "policy": 3}
+    idf = TermIdf({1: 5.0, 2: 2.0, 3: 3.0}, unheld=5.0)  # no chunk holds "maternity"
+    share = informative_share(idf, terms, ("leave", "policy"))
+    assert (share.held, share.unheld) == (pytest.approx(0.5), pytest.approx(0.5))
+    assert informative_share(None, terms, ()) is None  # not read
+    assert informative_share(TermIdf({}, None), terms, ()) is None  # the store cannot tell
+
+
+def test_the_informative_share_is_read_and_decides_only_near_the_bar() -> None:
+    bar = POLICY.strictness
+    assert informative_share_needed("below_probe_null", bar - MAX_RELIEF, 0.5, "alphabetic", bar, POLICY)
+    assert not informative_share_needed(
+        "below_probe_null", bar - MAX_RELIEF - 0.01, 0.5, "alphabetic", bar, POLICY
+    )
+    assert not informative_share_needed("plausible", bar + 0.2, 0.5, "cjk", bar, POLICY)  # its words decided
+    assert not informative_share_needed("plausible", 2 * bar, 0.5, "alphabetic", bar, POLICY)
+    assert not informative_share_needed("exact_code", bar - 0.2, 0.5, "alphabetic", bar, POLICY)
+    held = InformativeShare(INFORMATIVE_SHARE, None)
+    assert (
+        verdict_reason("below_probe_null", held, bar - INFORMATIVE_RELIEF, bar, POLICY) == "informative_terms"
+    )
+    assert verdict_reason("below_probe_null", held, bar - MAX_RELIEF, bar, POLICY) == "below_probe_null"
+    little = InformativeShare(INFORMATIVE_FLOOR / 2, None)
+    assert verdict_reason("plausible", little, bar + 0.2, bar, POLICY) == "uninformative_terms"
+    unheld = InformativeShare(0.5, UNHELD_SHARE)
+    assert verdict_reason("plausible", unheld, bar + 0.2, bar, POLICY) == "unheld_terms"
+    assert verdict_reason("plausible", None, bar + 0.2, bar, POLICY) == "plausible"  # not read
+
+
 # -- codes of the blocks returned ----------------------------------------------------------------
 
 CODE_QUERY = "what does RETRY_MAX_2 set"
@@ -519,8 +547,8 @@ CODE_QUERY = "what does RETRY_MAX_2 set"
 def _code_verdict(sample_kb: SampleKB, returned: list[str]) -> EvidenceVerdict:
     """The verdict on three pages sharing a word of the query, scored over a fourth chunk that
     holds its code, with the ``returned`` points as the reranked blocks (strictness 20: the margin
-    passes nothing)."""
-    terms = query_terms(CODE_QUERY)
+    passes nothing): the verdict's nodes alone, wired by Hamilton."""
+    terms = tuple(query_terms(CODE_QUERY))
     best = [
         replace(make_hit(f"page-{n}", 0, 0.5 - n / 100, point_id=f"p{n}"), matched_terms=terms[:1])
         for n in range(3)
@@ -528,11 +556,19 @@ def _code_verdict(sample_kb: SampleKB, returned: list[str]) -> EvidenceVerdict:
     holder = replace(make_hit("settings", 2, 0.4, point_id="p3"), exact_codes=("RETRY_MAX_2",))
     hits = [*best, holder]
     rows = [{**dict.fromkeys(RERANK_COLUMNS), "point_id": point} for point in returned]
-    reranked = object_frame(rows, RERANK_COLUMNS)
+    verdict_nodes = driver.Builder().with_modules(abstention, query_understanding)
+    verdict_nodes = verdict_nodes.with_config({"l1_enabled": True}).build()
+    inputs = {
+        "query": CODE_QUERY,
+        "retrieval_attempts": [SearchAttempt("unfiltered", None, 20, hits=hits, usable=hits)],
+        "reranked_df": object_frame(rows, RERANK_COLUMNS),
+        "abstention_policy": AbstentionPolicy(strictness=20.0),
+        "retrieval_mode": "hybrid",
+        "search_port": sample_kb.store,
+    }
     null = ProbeNull(dense_tops=tuple(0.3 + n / 100 for n in range(21)))
-    attempts = [SearchAttempt("unfiltered", None, 20, hits=hits, usable=hits)]
-    policy = AbstentionPolicy(strictness=20.0)
-    return evidence_verdict(CODE_QUERY, terms, attempts, null, policy, "hybrid", sample_kb.store, reranked)
+    outputs = verdict_nodes.execute(["evidence_verdict"], inputs=inputs, overrides={"probe_null": null})
+    return outputs["evidence_verdict"]
 
 
 def test_a_returned_block_holding_the_querys_code_answers_though_the_store_ranked_it_fourth(
@@ -619,7 +655,8 @@ def test_a_typo_alone_does_not_make_an_answerable_question_unheld(tool) -> None:
     """A misspelt word is a word no chunk holds; it carries under half of a question's information."""
     result = tool.lookup("Who must aprove a refund above 500 EUR?")
     verdict = result.retrieval_trace.evidence_verdict
-    _, unheld = information_shares("Who must aprove a refund above 500 EUR?", (), tool.search_port)
+    terms = query_terms("Who must aprove a refund above 500 EUR?")
+    unheld = informative_share(query_term_idf(True, terms, tool.search_port), terms, ()).unheld
     assert 0 < unheld < UNHELD_SHARE
     assert (result.found, verdict.reason) == (True, "plausible")
     assert result.evidence_blocks[0].doc_id == tool.lookup(ANSWERABLE).evidence_blocks[0].doc_id

@@ -17,6 +17,7 @@ from lookup_knowledge.adapters.search import KnowledgeSearchPort
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort
 from lookup_knowledge.dataflows.retrieval import fallback_decision
+from lookup_knowledge.pipeline import build_driver
 
 ROOT = Path(__file__).resolve().parents[1]
 UPPER_LAYERS = ("lookup_knowledge.eval", "lookup_knowledge.agent", "lookup_knowledge.cli")
@@ -146,15 +147,9 @@ CONTRACT_MODELS = {
     and issubclass(member, contract.ContractModel)
     and member is not contract.ContractModel
 }
-_VERDICT_PENDING = pytest.mark.xfail(
-    strict=True, reason="issue 51: the verdict's contract type is made the DAG's own in its own change"
-)
 
 
-@pytest.mark.parametrize(
-    "dag_type",
-    [pytest.param(name, marks=[_VERDICT_PENDING] if name == "EvidenceVerdict" else []) for name in DAG_TYPES],
-)
+@pytest.mark.parametrize("dag_type", list(DAG_TYPES))
 def test_no_contract_model_copies_a_dag_type(dag_type: str) -> None:
     """A contract model is the DAG's own type (``FallbackDecisionTrace``) or read from it by name
     (``AttemptTrace`` from ``SearchAttempt``), never a second declaration of the same fields."""
@@ -169,3 +164,29 @@ def test_no_contract_model_copies_a_dag_type(dag_type: str) -> None:
 
 def test_the_fallback_decision_is_the_contracts_own_type() -> None:
     assert get_type_hints(fallback_decision)["return"] is contract.FallbackDecisionTrace
+
+
+STORE_READS = {
+    "l1_answers",
+    "unfiltered_hits",
+    "probe_null",
+    "query_term_idf",
+}  # the nodes that ask the store
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid"])
+def test_only_the_store_reads_take_the_search_port(mode: str) -> None:
+    """Every other node reads what those return: the verdict's steps, the fallback, the rerank."""
+    graph = build_driver({"l0_enabled": True, "l1_enabled": True, "retrieval_mode": mode}).graph
+    readers = {node.name for node in graph.nodes.values() if "search_port" in node.input_types}
+    assert readers == STORE_READS
+
+
+def test_each_verdict_node_reads_at_once() -> None:
+    """The verdict is spread over named nodes, none longer than about 25 lines."""
+    tree = ast.parse((ROOT / "dataflows" / "abstention.py").read_text(encoding="utf-8"))
+    nodes = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name[0] != "_"]
+    long = {
+        node.name: node.end_lineno - node.lineno + 1 for node in nodes if node.end_lineno - node.lineno >= 25
+    }
+    assert len(nodes) >= 10 and long == {}

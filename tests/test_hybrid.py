@@ -59,7 +59,7 @@ from lookup_knowledge.adapters.sparse import (
     sparse_text,
 )
 from lookup_knowledge.contract import LookupResult
-from lookup_knowledge.dataflows.abstention import _names_a_title
+from lookup_knowledge.dataflows.abstention import named_evidence
 
 # (doc_id, category, text): "INV-48213" is named by one chunk only; MiniLM ranks the invoice
 # chunk first for it, BM25 the settlement chunk that holds the exact code.
@@ -138,8 +138,15 @@ def stores(tmp_path_factory: pytest.TempPathFactory, vectors) -> Iterator[dict[s
 
 def request(embedder, query: str, mode: str, top_k: int = 7, **options) -> SearchRequest:
     sparse = bm25_encoder().embed_query(query) if mode != "dense" else None
+    terms = bm25_encoder().query_terms(query) if mode != "dense" else {}
     return SearchRequest(
-        query, embedder.embed_query(query).tolist(), top_k, mode=mode, sparse_vector=sparse, **options
+        query,
+        embedder.embed_query(query).tolist(),
+        top_k,
+        mode=mode,
+        sparse_vector=sparse,
+        query_terms=terms,
+        **options,
     )
 
 
@@ -282,8 +289,9 @@ def test_an_empty_code_span_names_no_page() -> None:
         SearchHit("p", "text", 0.1, 0.1, {}),
         SearchHit("q", "text", 0.1, 0.1, {TITLE_FIELD: "in"}),
     )
-    assert not _names_a_title("What is ` ` here?", [untitled])  # a blank span is no name, no title none
-    assert _names_a_title("What does `in` do?", [untitled, titled])
+    blank = "What is ` ` here?"
+    assert named_evidence(blank, {}, [untitled]) is None  # a blank span is no name, no title none
+    assert named_evidence("What does `in` do?", {}, [untitled, titled]) == "named_title"
 
 
 def test_matched_terms_name_the_shared_words_longest_first_all_of_them() -> None:

@@ -104,8 +104,10 @@ def request(vectors: dict[str, np.ndarray], query: str, top_k: int = 10, categor
 
 
 def with_terms(dense: SearchRequest, mode: str) -> SearchRequest:
-    """A dense request as a sparse or hybrid one (with its query's BM25 vector)."""
-    return replace(dense, mode=mode, sparse_vector=bm25_encoder().embed_query(dense.query_text))
+    """A dense request as one of ``mode`` (with its query's BM25 vector and terms)."""
+    encoder, text = bm25_encoder(), dense.query_text
+    terms = encoder.query_terms(text)
+    return replace(dense, mode=mode, sparse_vector=encoder.embed_query(text), query_terms=terms)
 
 
 def open_kind(kind: str, root: Path, name: str = "c") -> KnowledgeStore:
@@ -341,7 +343,7 @@ def test_a_scores_only_search_gives_the_same_hits_without_their_text(
     store.upsert([replace(c, sparse_vector=encoder.embed_document(c.payload["content"])) for c in chunks])
     query = "refund card kafka lag"
     vectors = {**vectors, query: np.asarray(vectors[QUERIES[0]])}
-    full = replace(request(vectors, query, top_k=4), mode=mode, sparse_vector=encoder.embed_query(query))
+    full = with_terms(request(vectors, query, top_k=4), mode)
     lean = replace(full, scores_only=True)
     [full_hits, lean_hits] = store.search_batch([full, lean])
 
