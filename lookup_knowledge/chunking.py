@@ -39,7 +39,9 @@ from lookup_knowledge.adapters.corpus import SourceDocument
 BREADCRUMB_SEPARATOR = " > "
 MIN_CHUNK_CHARS = 150  # below this a chunk is mostly its breadcrumb: a link list, a table's intro
 HARD_CAP_FACTOR = 8  # a block up to 8 x max_chars (8,000 characters by default) stays one chunk
-CHUNKING = "verbatim-blocks+even-size+min150+text-only"  # in each document's hash: a change re-chunks
+# in each document's hash, so in its point ids: a change re-chunks every document and moves the
+# store's own-question sample, and with it the bar (kept when a page without text was dropped)
+CHUNKING = "verbatim-blocks+even-size+min150"
 EMBEDDED_TEXT = "breadcrumb-newline-content"  # the form of Chunk.embedding_text: change it with it
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
