@@ -51,6 +51,22 @@ def failure(call: Callable[[], object]) -> str:
     return str(excinfo.value)
 
 
+def together(calls: Callable[[], list[str]], callers: int = 8) -> list[str]:
+    """What ``callers`` threads released at once by a barrier each got from ``calls``."""
+    start, messages = threading.Barrier(callers), []
+
+    def caller() -> None:
+        start.wait()
+        messages.extend(calls())
+
+    threads = [threading.Thread(target=caller) for _ in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return messages
+
+
 def test_a_hung_database_costs_one_timeout_then_calls_fail_fast(
     hung_postgres: str, silent_server: SilentServer
 ) -> None:
@@ -90,19 +106,7 @@ def test_concurrent_callers_wait_at_most_once(hung_postgres: str, silent_server:
     breaker = CircuitBreaker(60)
     recorder = InvocationRecorder(hung_postgres, connect_timeout_s=TIMEOUT_S, breaker=breaker)
     failure(lambda: recorder.record(row()))
-    messages: list[str] = []
-    start = threading.Barrier(8)
-
-    def call() -> None:
-        start.wait()
-        for _ in range(10):
-            messages.append(failure(lambda: recorder.record(row())))
-
-    threads = [threading.Thread(target=call) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    messages = together(lambda: [failure(lambda: recorder.record(row())) for _ in range(10)])
     assert len(messages) == 80
     assert all(FAST in message for message in messages)
     assert silent_server.accepted() == 1  # the first call's connection only
@@ -116,18 +120,7 @@ def test_concurrent_callers_after_the_interval_send_one_trial(
     recorder = InvocationRecorder(hung_postgres, connect_timeout_s=TIMEOUT_S, breaker=CircuitBreaker(1))
     failure(lambda: recorder.record(row()))
     clock.now += 2
-    messages: list[str] = []
-    start = threading.Barrier(8)
-
-    def call() -> None:
-        start.wait()
-        messages.append(failure(lambda: recorder.record(row())))
-
-    threads = [threading.Thread(target=call) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    messages = together(lambda: [failure(lambda: recorder.record(row()))])
     tried = [message for message in messages if FAST not in message and "a retry is under way" not in message]
     assert len(tried) == 1 and CONNECT_FAILED in tried[0]
     assert silent_server.accepted() == 2
