@@ -236,6 +236,18 @@ def _onnxruntime_session(graph: Path) -> _Session:
     return lambda inputs: session.run(None, inputs)[0]
 
 
+def _compiled_model_cache(graph: Path) -> Path | None:
+    """Where OpenVINO keeps the model it compiled for this CPU, beside the export: a cold
+    process then loads it in about 0.1 s instead of compiling for 0.5 s (OpenVINO keys each blob
+    by the graph, the device and the settings). ``None`` where the folder cannot be written."""
+    folder = graph.parent / "openvino-compiled"
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return folder if os.access(folder, os.W_OK) else None
+
+
 def _openvino_session(graph: Path) -> _Session:
     import openvino as ov
 
@@ -247,6 +259,8 @@ def _openvino_session(graph: Path) -> _Session:
         # idle cores); on saturated cores both vary run to run (docs/benchmarks.md).
         "ENABLE_CPU_PINNING": False,
     }
+    if (compiled_cache := _compiled_model_cache(graph)) is not None:
+        settings["CACHE_DIR"] = str(compiled_cache)
     compiled = ov.Core().compile_model(str(graph), "CPU", settings)
     request = compiled.create_infer_request()
     lock = threading.Lock()  # one infer request serves one call at a time

@@ -84,6 +84,24 @@ def test_export_is_made_once_and_reused() -> None:
     assert export_dir.parent.parent == exported_encoder.cache_root()
 
 
+def test_openvino_keeps_the_model_it_compiled_and_loads_it_again(
+    fresh_encoders: None, torch_vectors: np.ndarray
+) -> None:
+    first = SentenceTransformerEmbedder(backend="openvino", quantize="none", device="cpu")
+    compiled = first.encoder("query").export_dir / "openvino-compiled"
+    assert any(compiled.iterdir())  # the compiled blob, for the next cold process
+    embedder_module._cached_encoder.cache_clear()  # a cold process: loaded from the blob
+    again = SentenceTransformerEmbedder(backend="openvino", quantize="none", device="cpu")
+    assert again.encoder("query").backend == "openvino"
+    assert cosines(again.embed_queries(PARITY_TEXTS), torch_vectors).min() >= 0.999
+
+
+def test_no_compiled_model_cache_where_its_folder_cannot_be_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = exported_encoder.export_model(resolve_model_path("all-MiniLM-L6-v2")) / "model.onnx"
+    monkeypatch.setattr(Path, "mkdir", lambda *_, **__: (_ for _ in ()).throw(PermissionError("read-only")))
+    assert exported_encoder._compiled_model_cache(graph) is None
+
+
 @pytest.fixture
 def fresh_encoders():
     """No encoder loaded in this process yet, so the next use loads (and maybe exports) afresh."""
