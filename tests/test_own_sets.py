@@ -100,7 +100,9 @@ def test_no_page_holds_an_unanswerable_questions_checked_terms(folder: Path) -> 
 
 
 def test_a_block_holds_an_answer_from_its_page_even_cut_at_a_chunk_boundary() -> None:
-    answer = own.Answer("q", "faq.md", "Timeouts", "The default timeout for network inactivity is five seconds.")
+    answer = own.Answer(
+        "q", "faq.md", "Timeouts", "The default timeout for network inactivity is five seconds."
+    )
     whole = "## Timeouts\nThe **default** timeout for network\ninactivity is five seconds. Change it."
     cut = "...the default timeout for network inactivity is five"  # 8 of 9 words, in order
     assert own.holds_answer("faq.md", whole, [answer])
