@@ -6,8 +6,8 @@ question, ``answerable`` true or false; an unanswerable one lists the ``checked_
 no page holds), ``qrels.tsv`` (the pages that answer each answerable question) and
 ``answers.jsonl`` (where on the page: one record per located answer, ``query-id``, ``page``,
 ``heading``, empty for a page's text before its first heading, and ``answer``, the page's own
-words; ``pooled`` where it was added on reading a baseline run's top blocks). ``SOURCE.md`` names the repository, commit
-and licence.
+words; ``pooled`` where it was added on reading a baseline run's top blocks). ``SOURCE.md``
+names the repository, commit and licence.
 
 A block *holds* a located answer (:func:`holds_answer`) when it comes from the answer's page and
 its text (title, breadcrumb and content) holds a run of at least ``HELD_SHARE`` of the answer's
