@@ -1,8 +1,9 @@
 """Whether the verdict an agent reads first is true: abstention, relevance levels, completeness.
 
     python benchmarks/trust.py [--cache benchmarks/.cache] [--out benchmarks/results/trust.json]
-                               [--offtopic-per-set 60] [--held-out] [--sample-kb] [--sets NAME ...]
-                               [--doc docs/trust.md]
+                               [--offtopic-per-set 60] [--held-out] [--sample-kb] [--own-sets]
+                               [--sets NAME ...] [--doc docs/trust.md]
+    python benchmarks/trust.py --own-sets --sets docs-site handbook   # only the sets built here
     python benchmarks/trust.py --from-json   # rewrite docs/trust.md's tables from --out only
 
 Each judged collection is the knowledge base in turn (SciFact; classic-dev's four collections,
@@ -16,8 +17,15 @@ each a store of its own; hugo-docs with page descriptions as questions, ``trust_
   apart from the probe set the stores calibrate with; workplace: what a company's own wiki would
   answer and none of these stores does).
 
-Leave-one-corpus-out: for each set, the strictness a user would pick on the *other* sets (the
-strictest that keeps answerable found=true >= 97% on each of them), read on the held-out set.
+With ``--own-sets``, the sets built here (``own_sets.py``, never fitted on) add a group
+``unanswerable`` (near-topic questions no page answers) and, for the answerable questions,
+whether the top block's page answers (page level) and whether the top block itself holds the
+located answer (passage level, ``own_sets.holds_answer``), per relevance level; their two
+tables are written whenever they are measured.
+
+Leave-one-corpus-out (over the sets choices may be fitted on): for each set, the strictness a
+user would pick on the *other* sets (the strictest that keeps answerable found=true >= 97% on
+each of them), read on the held-out set.
 Prints tables, writes JSON (per-lookup records included) to ``--out`` and the tables of
 ``docs/trust.md`` between their markers (``doc_sections.replace_table``), whole.
 """
@@ -32,6 +40,7 @@ from typing import Any
 
 import pandas as pd
 from doc_sections import replace_table
+from own_sets import Answer, holds_answer, located_answers, unanswerable_questions
 from quality import DEPTH, beir_queries, prepared_tool, run
 from rich.console import Console
 from rich.table import Table
@@ -50,6 +59,7 @@ console = Console()
 OFFTOPIC_FILE = Path(__file__).with_name("offtopic_queries.json")
 LEVELS = ("high", "medium", "low")
 GROUPS = ("answerable", "cross-corpus", "offtopic", "chitchat", "workplace")
+OWN_GROUPS = ("answerable", "unanswerable", "workplace", "cross-corpus", "offtopic", "chitchat")
 ANSWERABLE_TARGET = 0.97
 POLICY = AbstentionPolicy()  # the verdict's thresholds
 
@@ -65,11 +75,16 @@ def _hint_kind(hint: str) -> str:
     return hint.split(":", 1)[0]
 
 
+def block_text(block: EvidenceBlock) -> str:
+    """What a block shows an agent: its title, breadcrumb and content."""
+    return "\n".join((block.title or "", block.breadcrumb or "", block.content))
+
+
 def written_terms(terms: tuple[str, ...], blocks: list[EvidenceBlock]) -> tuple[str, ...]:
     """Of the matched ``terms``, those the best blocks hold as written, not only in another
     form of their stem (``parent`` for "parental")."""
     best = blocks[: POLICY.coverage_hits]
-    texts = ["\n".join((b.title or "", b.breadcrumb or "", b.content)).lower() for b in best]
+    texts = [block_text(b).lower() for b in best]
     return tuple(term for term in terms if any(held_as_written(text, term) for text in texts))
 
 
@@ -84,11 +99,16 @@ def information_shares(
 
 
 def lookup_record(
-    tool: KnowledgeTool, text: str, relevant: set[str] | None, unabstained: KnowledgeTool | None = None
+    tool: KnowledgeTool,
+    text: str,
+    relevant: set[str] | None,
+    unabstained: KnowledgeTool | None = None,
+    answers: list[Answer] | None = None,
 ) -> dict[str, Any]:
     """What one lookup said, and (answerable questions) whether it was right; with its
     informative coverage whatever its margin, to replay other strictness values (and, given
-    the same tool without abstention, the share its best blocks hold as written)."""
+    the same tool without abstention, the share its best blocks hold as written); given the
+    question's located ``answers``, whether the top block (and any of the top three) holds one."""
     result = tool.lookup(text)
     verdict = result.retrieval_trace.evidence_verdict if result.retrieval_trace else None
     documents = [block.doc_id for block in result.evidence_blocks]
@@ -121,6 +141,13 @@ def lookup_record(
     if relevant is not None:
         record["top_relevant"] = bool(documents) and documents[0] in relevant
         record["relevant_missing"] = bool(relevant - set(documents))
+    if answers is not None:
+        top3 = result.evidence_blocks[:3]
+        held = [holds_answer(b.doc_id or "", block_text(b), answers) for b in top3]
+        pages = {answer.page for answer in answers}
+        record["top_block_answers"] = bool(held) and held[0]
+        record["answer_block_top3"] = any(held)
+        record["answer_page_top3"] = any(b.doc_id in pages for b in top3)
     return record
 
 
@@ -158,17 +185,54 @@ def knowledge_base(judged: JudgedSet, cache: Path) -> tuple[KnowledgeTool, dict[
 def measure_set(judged: JudgedSet, cache: Path, queries: pd.DataFrame, qrels: Qrels, offtopic: dict) -> dict:
     """Every lookup of one knowledge base, and its nDCG@10 with and without abstention."""
     tool, base = knowledge_base(judged, cache)
+    answers = located_answers(judged.questions) if judged.passages else None
     with tool:
         unabstained = tool.variant(load_config(overrides={**base, "abstention.enabled": False}))
         records = []
         for qid, text in zip(queries["query_id"], queries["query"], strict=True):
             relevant = {doc for doc, grade in qrels.get(qid, {}).items() if grade > 0}
-            records.append({"group": "answerable", **lookup_record(tool, text, relevant, unabstained)})
+            located = answers.get(qid, []) if answers is not None else None
+            records.append(
+                {"group": "answerable", **lookup_record(tool, text, relevant, unabstained, located)}
+            )
         for group, texts in offtopic.items():
             records += [{"group": group, **lookup_record(tool, text, None, unabstained)} for text in texts]
         after = run(tool, base, DEPTH, queries, qrels)
         before = run(tool, base, {**DEPTH, "abstention.enabled": False}, queries, qrels)
     return {"records": records, "ndcg@10": after["ndcg@10"], "ndcg@10 without abstention": before["ndcg@10"]}
+
+
+def passage_figures(records: pd.DataFrame) -> dict[str, Any]:
+    """A set with located answers: found shares of its answerable and unanswerable questions,
+    whether the top block's page answers and whether the top block itself holds the answer (of
+    all answerable questions: an abstained lookup has no top block to count), and per level of
+    the found ones, how often each holds."""
+    answerable = records[records["group"] == "answerable"]
+    unanswerable = records[records["group"] == "unanswerable"]
+    found = answerable[answerable["found"]]
+    wrong = unanswerable[unanswerable["found"]]
+
+    def share(column: str, rows: pd.DataFrame = answerable) -> float | None:
+        return float(rows[column].astype(bool).mean()) if len(rows) else None
+
+    return {
+        "questions": {"answerable": len(answerable), "unanswerable": len(unanswerable)},
+        "answerable_found": share("found"),
+        "unanswerable_found": share("found", unanswerable),
+        "top_page_answers": share("top_relevant"),
+        "top_block_answers": share("top_block_answers"),
+        "answer_page_top3": share("answer_page_top3"),
+        "answer_block_top3": share("answer_block_top3"),
+        "levels": {
+            level: {
+                "lookups": int((found["level"] == level).sum()),
+                "page": share("top_relevant", found[found["level"] == level]),
+                "passage": share("top_block_answers", found[found["level"] == level]),
+            }
+            for level in LEVELS
+        },
+        "unanswerable_levels": {level: int((wrong["level"] == level).sum()) for level in LEVELS},
+    }
 
 
 def found_rates(records: pd.DataFrame) -> dict[str, float]:
@@ -235,13 +299,19 @@ def strictness_sweep(per_set: dict[str, pd.DataFrame]) -> dict[str, dict[str, di
     }
 
 
-def leave_one_out(per_set: dict[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
+def leave_one_out(
+    per_set: dict[str, pd.DataFrame], fitted: set[str] | None = None
+) -> dict[str, dict[str, float]]:
     """Strictness fitted on the other sets (the strictest keeping answerable >= 97% found on
-    each), and what it gives on the held-out one."""
+    each), and what it gives on the held-out one; only the ``fitted`` sets (all, by default)
+    are ever fitted on, the others are only read."""
     grid = [round(0.25 * step, 2) for step in range(17)]  # margins 0 to 4
+    fitted = set(per_set) if fitted is None else fitted
     out = {}
     for held_out in per_set:
-        others = [frame for name, frame in per_set.items() if name != held_out]
+        others = [frame for name, frame in per_set.items() if name != held_out and name in fitted]
+        if not others:
+            continue
 
         def keeps(strictness: float, frames: list[pd.DataFrame]) -> bool:
             return all(
@@ -311,9 +381,47 @@ def markdown_tables(results: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def write_doc(doc: Path, results: dict[str, Any]) -> None:
-    """Each table of ``doc`` (docs/trust.md) rewritten whole from ``results``; its prose kept."""
-    for name, table in markdown_tables(results).items():
+def _share(value: float | None) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:.3f}"
+
+
+def own_set_tables(results: dict[str, Any]) -> dict[str, str]:
+    """The tables of the sets built here (``own_sets.py``): found shares per group with the
+    top block's page and passage, and per level how often the top block holds the answer."""
+    own = {name: b for name, b in results["sets"].items() if "passages" in b}
+    if not own:
+        return {}
+    found = [
+        _row(["knowledge base", "questions (answerable / unanswerable)", *(f"{g} found" for g in OWN_GROUPS),
+              "top block's page answers", "top block holds the answer", "answering page / passage in top 3"]),
+        _row(["---"] * (len(OWN_GROUPS) + 5)),
+    ]  # fmt: skip
+    levels = [
+        _row(["knowledge base", *(f"{level}: passage / page (lookups)" for level in LEVELS),
+              "unanswerable found: high / medium / low"]),
+        _row(["---"] * 5),
+    ]  # fmt: skip
+    for name, b in own.items():
+        p = b["passages"]
+        counts = f"{p['questions']['answerable']} / {p['questions']['unanswerable']}"
+        rates = [_share(b["found_rate"].get(g)) for g in OWN_GROUPS]
+        top3 = f"{_share(p['answer_page_top3'])} / {_share(p['answer_block_top3'])}"
+        found.append(
+            _row([name, counts, *rates, _share(p["top_page_answers"]), _share(p["top_block_answers"]), top3])
+        )
+        cells = [
+            f"{_share(c['passage'])} / {_share(c['page'])} ({c['lookups']})"
+            for c in (p["levels"][lv] for lv in LEVELS)
+        ]
+        levels.append(_row([name, *cells, " / ".join(str(p["unanswerable_levels"][lv]) for lv in LEVELS)]))
+    return {"trust-own-sets": "\n".join(found), "trust-own-levels": "\n".join(levels)}
+
+
+def write_doc(doc: Path, results: dict[str, Any], own_only: bool = False) -> None:
+    """Each table of ``doc`` (docs/trust.md) rewritten whole from ``results``; its prose kept;
+    with ``own_only``, only the tables of the sets built here."""
+    tables = own_set_tables(results) if own_only else {**markdown_tables(results), **own_set_tables(results)}
+    for name, table in tables.items():
         replace_table(doc, name, table)
 
 
@@ -340,6 +448,8 @@ def print_tables(results: dict[str, Any]) -> None:
         wrong = " / ".join(str(block["unanswerable_levels"][level]) for level in LEVELS)
         levels.add_row(name, *cells, wrong)
     console.print(levels)
+    for name, text in own_set_tables(results).items():
+        console.print(f"[bold]{name}[/bold]\n{text}")
 
 
 def main() -> int:
@@ -350,15 +460,19 @@ def main() -> int:
     parser.add_argument("--sets", nargs="*", help="only these knowledge bases")
     parser.add_argument("--held-out", action="store_true", help="add the held-out docs set (package READMEs)")
     parser.add_argument("--sample-kb", action="store_true", help="add the bundled sample knowledge base")
+    parser.add_argument("--own-sets", action="store_true", help="add the sets built here (benchmarks/sets)")
     parser.add_argument("--doc", type=Path, default=Path("docs/trust.md"))
     parser.add_argument("--from-json", action="store_true", help="rewrite the doc's tables from --out")
     args = parser.parse_args()
     if args.from_json:
         write_doc(args.doc, json.loads(args.out.read_text(encoding="utf-8")))
         return 0
-    sets = judged_sets(args.cache, held_out=args.held_out, sample_kb=args.sample_kb)
+    sets = judged_sets(args.cache, held_out=args.held_out, sample_kb=args.sample_kb, own_sets=args.own_sets)
     judged = {s.name: judged_questions(s) for s in sets}
     offtopic = offtopic_groups(sets, {n: q for n, (q, _) in judged.items()}, args.offtopic_per_set)
+    for s in sets:
+        if s.passages:
+            offtopic[s.name] = {"unanswerable": unanswerable_questions(s.questions), **offtopic[s.name]}
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "sets": {}}
     frames = {}
     for s in sets:
@@ -374,9 +488,10 @@ def main() -> int:
             "calibration": calibration(frame),
             "unanswerable_levels": unanswerable_levels(frame),
             "hints": hint_meaning(frame),
+            **({"passages": passage_figures(frame)} if s.passages else {}),
             "records": frame.to_dict("records"),
         }
-    results["leave_one_corpus_out"] = leave_one_out(frames)
+    results["leave_one_corpus_out"] = leave_one_out(frames, {s.name for s in sets if s.fitted})
     results["strictness_sweep"] = strictness_sweep(frames)
     print_tables(results)
     console.print({name: block["hints"] for name, block in results["sets"].items()})
@@ -385,6 +500,8 @@ def main() -> int:
     args.out.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     if not args.sets:  # a partial run would leave the doc's tables without the other sets
         write_doc(args.doc, results)
+    elif args.own_sets and set(args.sets) >= {s.name for s in sets if s.passages}:
+        write_doc(args.doc, results, own_only=True)  # their tables hold only them
     return 0
 
 

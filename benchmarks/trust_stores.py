@@ -5,7 +5,9 @@ question of one is off-topic for the others) and hugo-docs (page descriptions as
 held out, for checking choices made on those: the READMEs of the installed Python packages
 (their one-line summaries as questions). With ``sample_kb``, also the bundled sample knowledge
 base (30 runbooks and policies of one organisation) with its evaluation set: a small store of
-one company's text, which no other set resembles.
+one company's text, which no other set resembles. With ``own_sets``, the sets built here
+(``own_sets.py``: a docs site and a company handbook, each with unanswerable questions and
+passage-level answers), which no choice is fitted on.
 Stores and vectors are cached under ``--cache`` (``benchmarks/corpora.py``).
 """
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpora import DATA, hugo_described_pages, package_readmes
+from own_sets import OWN_SETS, SETS
 
 from lookup_knowledge import sample_knowledge_base
 
@@ -30,6 +33,8 @@ class JudgedSet:
     documents: Path
     questions: Path
     asks_others: bool = True  # its questions are the other sets' cross-corpus questions
+    fitted: bool = True  # choices may be fitted on it (leave-one-corpus-out reads it)
+    passages: bool = False  # has unanswerable questions and located answers (``own_sets.py``)
 
 
 def classic_collection(cache: Path, domain: str) -> Path:
@@ -51,11 +56,14 @@ def classic_collection(cache: Path, domain: str) -> Path:
     return folder
 
 
-def judged_sets(cache: Path, held_out: bool = False, sample_kb: bool = False) -> list[JudgedSet]:
+def judged_sets(
+    cache: Path, held_out: bool = False, sample_kb: bool = False, own_sets: bool = False
+) -> list[JudgedSet]:
     """Every judged knowledge base of the trust benchmark; with ``held_out``, also the docs set
     choices made on the others are checked on (``corpora.package_readmes``); with ``sample_kb``,
     the bundled sample knowledge base (its questions stay out of the others' cross-corpus sets,
-    which then compare with runs without it)."""
+    which then compare with runs without it); with ``own_sets``, the sets of ``benchmarks/sets``
+    (likewise kept out of the others' questions, and never fitted on)."""
     classic = [
         JudgedSet(f"classic-{d}", folder, folder)
         for d in CLASSIC_DOMAINS
@@ -69,4 +77,11 @@ def judged_sets(cache: Path, held_out: bool = False, sample_kb: bool = False) ->
     if sample_kb:
         kb = sample_knowledge_base()
         sets.append(JudgedSet("sample-kb", kb, kb.parent / "sample-eval", asks_others=False))
+    if own_sets:
+        sets += [
+            JudgedSet(
+                name, SETS / name / "pages", SETS / name, asks_others=False, fitted=False, passages=True
+            )
+            for name in OWN_SETS
+        ]
     return sets
