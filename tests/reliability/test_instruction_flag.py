@@ -103,7 +103,7 @@ def test_every_match_of_a_pattern_holds_one_of_its_trigger_words(name: str) -> N
     pattern = re.compile(PATTERNS[name])
 
     @settings(
-        max_examples=400,
+        max_examples=120,  # from_regex examples of these patterns are slow to draw (~0.1 s each)
         derandomize=True,
         deadline=None,
         database=None,
