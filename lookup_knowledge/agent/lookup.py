@@ -314,12 +314,17 @@ def checked_answer(
             arguments.answer, session_id, check_uncited=arguments.check_uncited, principals=principals
         )
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        return f"Invalid arguments: {problems}"
+        return invalid_arguments(exc)
     except AnswerTooLongError as exc:
         return f"Invalid answer: {exc}"
     except RecorderUnavailableError as exc:
         return f"verify_answer needs the invocation record: {exc}"
+
+
+def invalid_arguments(error: ValidationError) -> str:
+    """Why a tool's arguments were refused, in one line for the agent."""
+    problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors())
+    return f"Invalid arguments: {problems}"
 
 
 def with_record_status(result: LookupResult, status: InvocationRecordStatus) -> LookupResult:

@@ -24,7 +24,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import Field
 
-from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
+from lookup_knowledge.agent.lookup import AgentLookup, invalid_arguments, new_session_id
 from lookup_knowledge.agent.tool_definition import (
     TOOL_DESCRIPTION,
     TOOL_NAME,
@@ -113,9 +113,5 @@ def _tool(function: Any, name: str, description: str, arguments: type) -> Struct
         description=description,
         args_schema=arguments,
         handle_tool_error=True,  # the exception's text becomes the tool's (error) result
-        handle_validation_error=_invalid_arguments,
+        handle_validation_error=invalid_arguments,
     )
-
-
-def _invalid_arguments(error: Exception) -> str:
-    return f"Invalid arguments: {error}"
