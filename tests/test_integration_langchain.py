@@ -3,6 +3,7 @@ event, and the tools invoked as a model's tool calls, on the real framework."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -86,6 +87,13 @@ def test_a_chain_without_a_model_puts_the_evidence_and_its_keys_in_the_prompt(
     assert top.metadata["relevanceLevel"] == verdict["relevanceLevel"] in {"high", "medium", "low"}
     assert top.metadata["completenessHint"] == verdict["completenessHint"]
     assert top.page_content == restricted_agent.call(REFUND_QUESTION).evidence_blocks[0].content
+
+
+def test_an_async_retrieval_gives_the_documents_and_the_verdict(restricted_agent: AgentLookup) -> None:
+    verdicts = Verdicts()
+    retriever = LookupKnowledgeRetriever(agent=restricted_agent, session_id="lc-async")
+    documents = asyncio.run(retriever.ainvoke(REFUND_QUESTION, config={"callbacks": [verdicts]}))
+    assert documents[0].id == REFUND_KEY and verdicts.seen[0]["evidenceStatus"] == "evidence"
 
 
 def test_no_evidence_returns_no_documents_and_the_verdict_says_so(restricted_agent: AgentLookup) -> None:

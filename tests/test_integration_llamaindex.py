@@ -3,6 +3,7 @@ framework's own ``MockLLM`` (it echoes the prompt it is given), on the real fram
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,6 +66,12 @@ def test_a_query_returns_a_node_per_block_keyed_by_its_evidence_key(
     assert [s.node.metadata["rank"] for s in scored] == list(range(1, len(scored) + 1))
     model_view = top.node.get_content(metadata_mode="llm")
     assert f"evidenceKey: {REFUND_KEY}" in model_view and "hitReasons" not in model_view
+
+
+def test_an_async_retrieval_gives_the_same_nodes(restricted_agent: AgentLookup) -> None:
+    retriever = LookupKnowledgeRetriever(restricted_agent, "li-async")
+    scored = asyncio.run(retriever.aretrieve(REFUND_QUESTION))
+    assert [s.node.node_id for s in scored] == [s.node.node_id for s in retriever.retrieve(REFUND_QUESTION)]
 
 
 def test_a_query_engine_answers_from_the_nodes_with_their_keys_in_the_prompt(

@@ -105,3 +105,10 @@ def test_principals_pass_through(restricted_agent: AgentLookup) -> None:
     assert REFUND_DOC not in json.dumps(hidden)
     seen = lookup(openai_agents.lookup_tools(restricted_agent, principals=FINANCE)[0], REFUND_QUESTION)
     assert seen["evidenceBlocks"][0]["evidenceKey"] == REFUND_KEY
+
+
+def test_verify_without_an_invocation_record_says_so(restricted_agent: AgentLookup) -> None:
+    unrecorded = AgentLookup(restricted_agent.tool, recorder=None)  # shares the tool: not closed here
+    _, verify_tool = openai_agents.lookup_tools(unrecorded)
+    said = call(verify_tool, json.dumps({"answer": f"Refunds need approval [{REFUND_KEY}]."}))
+    assert said.startswith("verify_answer needs the invocation record")

@@ -11,6 +11,7 @@
 # ruff: noqa: E402  (the extra is checked before its imports)
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,6 +70,10 @@ class LookupKnowledgeRetriever(BaseRetriever):
             LookupVerdictEvent(verdict={"query": result.query, **verdict(result), "message": result.message})
         )
         return nodes(result)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        """The lookup in a worker thread, off the event loop."""
+        return await asyncio.to_thread(self._retrieve, query_bundle)
 
 
 def nodes(result: LookupResult) -> list[NodeWithScore]:
