@@ -12,6 +12,11 @@ EXTRAS = {
     "otel": ("opentelemetry",),
     "watch": ("watchfiles",),
     "documents": ("pypdfium2", "openpyxl", "markitdown", "mammoth", "pptx"),
+    "langchain": ("langchain_core",),
+    "llamaindex": ("llama_index.core",),
+    "haystack": ("haystack",),
+    "openai-agents": ("agents",),
+    "pydantic-ai": ("pydantic_ai",),
 }
 
 
@@ -21,9 +26,20 @@ class MissingExtraError(ImportError):
 
 def require(extra: str, feature: str) -> None:
     """Raise :class:`MissingExtraError` unless every module of ``extra`` can be imported."""
-    missing = [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
-    if missing:
+    if missing := missing_modules(extra):
         raise MissingExtraError(
             f"{feature} needs the '{extra}' extra ({', '.join(missing)} not installed): "
             f"pip install 'lookup-knowledge[{extra}]'"
         )
+
+
+def missing_modules(extra: str) -> list[str]:
+    """The modules of ``extra`` that cannot be imported."""
+    return [name for name in EXTRAS[extra] if not _installed(name)]
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is absent
+        return False

@@ -27,6 +27,7 @@ import pytest
 import worker_environment  # noqa: F401  (first: before any library starts a thread pool)
 import yaml
 from dataflow_fixtures import SampleKB, ingest_sample_kb
+from integration_fixtures import restrict_refund_policy
 
 from lookup_knowledge import AgentLookup, KnowledgeTool, ingest, sample_knowledge_base
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
@@ -170,6 +171,18 @@ def store_config(sample_store: Path) -> Config:
 @pytest.fixture
 def agent(store_config: Config, embedder: SentenceTransformerEmbedder) -> Iterator[AgentLookup]:
     """Recorded calls (``AgentLookup``) over the sample store, with the shared model."""
+    recorder = InvocationRecorder(invocation_db_url(store_config))
+    with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as agent:
+        yield agent
+
+
+@pytest.fixture(scope="module")
+def restricted_agent(
+    store_config: Config, embedder: SentenceTransformerEmbedder, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AgentLookup]:
+    """Recorded calls over the module's sample store, its refund policy restricted to ``finance``
+    (:func:`integration_fixtures.restrict_refund_policy`)."""
+    restrict_refund_policy(store_config, embedder, tmp_path_factory.mktemp("restricted-kb"))
     recorder = InvocationRecorder(invocation_db_url(store_config))
     with AgentLookup(KnowledgeTool(store_config, embedder=embedder), recorder) as agent:
         yield agent

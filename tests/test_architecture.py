@@ -1,6 +1,7 @@
 """The dependency direction of docs/architecture.md: the DAG's nodes and the adapters never
-import the layers built on them (``eval``, ``agent``, ``cli``); the port's wrappers forward all of
-it; and each concept is declared once (a choice's ``Literal`` values, a contract type)."""
+import the layers built on them (``eval``, ``agent``, ``cli``, ``integrations``); the port's
+wrappers forward all of it; and each concept is declared once (a choice's ``Literal`` values, a
+contract type)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ from lookup_knowledge.dataflows.retrieval import fallback_decision
 from lookup_knowledge.pipeline import build_driver
 
 ROOT = Path(__file__).resolve().parents[1]
-UPPER_LAYERS = ("lookup_knowledge.eval", "lookup_knowledge.agent", "lookup_knowledge.cli")
+UPPER_LAYERS = (
+    "lookup_knowledge.eval",
+    "lookup_knowledge.agent",
+    "lookup_knowledge.cli",
+    "lookup_knowledge.integrations",
+)
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -190,3 +196,15 @@ def test_each_verdict_node_reads_at_once() -> None:
         node.name: node.end_lineno - node.lineno + 1 for node in nodes if node.end_lineno - node.lineno >= 25
     }
     assert len(nodes) >= 10 and long == {}
+
+
+def test_no_layer_below_imports_a_framework_integration() -> None:
+    """The framework plugs (lookup_knowledge/integrations/) sit on top, like ``cli``: nothing else
+    of the package imports them, so no framework loads unless its plug is imported."""
+    importing = [
+        path.relative_to(ROOT)
+        for path in PACKAGE_FILES
+        if "integrations" not in path.parts
+        and any(name.startswith("lookup_knowledge.integrations") for name in imported_modules(path))
+    ]
+    assert importing == []

@@ -1,6 +1,6 @@
 """The README is code: every shell command and Python snippet in it runs as written after
 `make demo`, its JSON parses, and the example result it links (docs/example-result.md) is the one
-a real run gives today."""
+a real run gives today; so do the framework examples of docs/integrations.md."""
 
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 EXAMPLE_DOC = (ROOT / "docs" / "example-result.md").read_text(encoding="utf-8")
+INTEGRATIONS_DOC = (ROOT / "docs" / "integrations.md").read_text(encoding="utf-8")
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 VENV = Path(sys.prefix)
 pytestmark = pytest.mark.slow
 
 
-def readme_blocks(language: str) -> list[str]:
-    return [body for lang, body in FENCE.findall(README) if lang == language]
+def readme_blocks(language: str, text: str = README) -> list[str]:
+    return [body for lang, body in FENCE.findall(text) if lang == language]
 
 
 def demo_recipe() -> list[str]:
@@ -83,6 +84,22 @@ def test_every_python_snippet_runs_as_written(snippet: str, demo_checkout: Path)
         [str(VENV / "bin" / "python"), "-c", snippet], cwd=demo_checkout, capture_output=True, text=True
     )
     assert done.returncode == 0, f"README snippet failed:\n{snippet}\n{done.stderr[-3000:]}"
+
+
+def test_the_framework_examples_run_as_written(demo_checkout: Path) -> None:
+    """docs/integrations.md's examples, each in a namespace of its own, in one process (one
+    start-up for the five)."""
+    blocks = readme_blocks("python", INTEGRATIONS_DOC)
+    assert len(blocks) == 5
+    run_each = "import sys\nfor block in sys.argv[1:]:\n    exec(block, {'__name__': '__main__'})\n"
+    done = subprocess.run(
+        [str(VENV / "bin" / "python"), "-c", run_each, *blocks],
+        cwd=demo_checkout,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "payments-refund-policy#chunk-2" in done.stdout
 
 
 def test_the_readme_is_a_reference_not_a_run_log() -> None:

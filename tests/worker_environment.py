@@ -9,6 +9,9 @@ import os
 # ingest workers, Dask workers), skips the autoloader's seconds of imports, as the CLI does.
 # tests/test_extras.py checks a lookup with the autoloader on.
 os.environ.setdefault("HAMILTON_AUTOLOAD_EXTENSIONS", "0")
+# Nothing phones home from a test: Haystack's usage telemetry, the Agents SDK's trace export.
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 
 def share_the_cores_among_workers() -> None:

@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Callable, Container, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from lookup_knowledge.adapters.l0_index import L0Document
 from lookup_knowledge.adapters.recorder import (
     CircuitBreaker,
@@ -35,8 +37,15 @@ from lookup_knowledge.agent.tool_definition import (
     TOOL_DESCRIPTION,
     TOOL_NAME,
     VERIFY_TOOL_NAME,
+    VerifyArguments,
 )
-from lookup_knowledge.agent.verify import CITATION_PATTERN, AnswerVerdict, ReturnedBlock, verify_answer
+from lookup_knowledge.agent.verify import (
+    CITATION_PATTERN,
+    AnswerTooLongError,
+    AnswerVerdict,
+    ReturnedBlock,
+    verify_answer,
+)
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import InvocationRecordStatus, LookupResult
 
@@ -292,6 +301,30 @@ def verify_in_session(
         logger.warning("verify_answer call not recorded: %s", exc)
         status = InvocationRecordStatus(written=False, error=str(exc))
     return verdict.model_copy(update={"invocation_record": status})
+
+
+def checked_answer(
+    agent: AgentLookup, session_id: str, answer: Any, check_uncited: Any, principals: Any
+) -> AnswerVerdict | str:
+    """:meth:`AgentLookup.verify_answer` of the tool's arguments, or why it could not check them
+    (one line for the agent: every entry point reports it as its tool error)."""
+    try:
+        arguments = VerifyArguments(answer=answer, check_uncited=check_uncited)
+        return agent.verify_answer(
+            arguments.answer, session_id, check_uncited=arguments.check_uncited, principals=principals
+        )
+    except ValidationError as exc:
+        return invalid_arguments(exc)
+    except AnswerTooLongError as exc:
+        return f"Invalid answer: {exc}"
+    except RecorderUnavailableError as exc:
+        return f"verify_answer needs the invocation record: {exc}"
+
+
+def invalid_arguments(error: ValidationError) -> str:
+    """Why a tool's arguments were refused, in one line for the agent."""
+    problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors())
+    return f"Invalid arguments: {problems}"
 
 
 def with_record_status(result: LookupResult, status: InvocationRecordStatus) -> LookupResult:

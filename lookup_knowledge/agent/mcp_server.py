@@ -41,8 +41,7 @@ from mcp.types import (
 )
 from pydantic import BaseModel, ValidationError
 
-from lookup_knowledge.adapters.recorder import RecorderUnavailableError
-from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
+from lookup_knowledge.agent.lookup import AgentLookup, checked_answer, new_session_id
 from lookup_knowledge.agent.tool_definition import (
     TOOL_DESCRIPTION,
     TOOL_NAME,
@@ -52,7 +51,7 @@ from lookup_knowledge.agent.tool_definition import (
     VerifyArguments,
     input_schema,
 )
-from lookup_knowledge.agent.verify import AnswerTooLongError, AnswerVerdict
+from lookup_knowledge.agent.verify import AnswerVerdict
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult
 
@@ -85,15 +84,9 @@ def build_server(
         )
 
     def verify_answer(answer: str, check_uncited: bool = False) -> Annotated[CallToolResult, AnswerVerdict]:
-        try:
-            verdict = agent.verify_answer(answer, session, check_uncited=check_uncited, principals=principals)
-        except (RecorderUnavailableError, AnswerTooLongError) as exc:  # say so, serve on
-            message = (
-                f"Invalid answer: {exc}"
-                if isinstance(exc, AnswerTooLongError)
-                else f"verify_answer needs the invocation record: {exc}"
-            )
-            return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+        verdict = checked_answer(agent, session, answer, check_uncited, principals)
+        if isinstance(verdict, str):  # why it could not be checked: say so, serve on
+            return CallToolResult(content=[TextContent(type="text", text=verdict)], is_error=True)
         payload = verdict.model_dump(by_alias=True, mode="json")
         return CallToolResult(
             content=[TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
