@@ -114,7 +114,9 @@ def compare_runs(a: EvalRun, b: EvalRun, b_name: str, metric: str = "ndcg@10") -
 
     name = b_name if b_name != BASELINE else f"{b_name} (b)"
     table = comparison_table({BASELINE: a, name: b})
-    rows = records(table[table["variant"] == name])
+    base = table[table["variant"] == BASELINE]
+    baseline = dict(zip(base["metric"], base["value"], strict=True))
+    rows = [{**row, "baseline": baseline[row["metric"]]} for row in records(table[table["variant"] == name])]
     deltas = _query_deltas(a, b, metric)
     moved = deltas[deltas["delta"].abs() > 1e-12]
     return Comparison(rows, records(moved.head(MOVED_MOST)), metric, len(deltas))
