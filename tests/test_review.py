@@ -396,3 +396,35 @@ def test_a_reviewer_never_sees_a_document_its_principals_may_not(browser, site: 
     listed = browser.page_source
     assert f">{site.records['contractor']}</a>" in listed
     assert f">{site.records['hr']}</a>" not in listed and f">{site.records['admin']}</a>" not in listed
+
+
+@pytest.mark.slow
+def test_the_review_command_serves_the_pages_on_loopback_as_one_reviewer(site: Site) -> None:
+    """``lookup-knowledge review``: no sign-in on loopback; every page is seen as --principal."""
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cli = Path(sys.executable).with_name("lookup-knowledge")
+    store = f"store.path={site.config.store.path}"
+    args = [str(cli), "review", "--set", store, "--principal", "contractor", "--port", str(port)]
+    server = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    local = Site(f"http://127.0.0.1:{port}", site.config, site.records, site.evals)
+    try:
+        for _ in range(600):  # the model loads first
+            try:
+                code, body = _get(local, "/?q=" + urllib.parse.quote(SALARY_QUESTION), token=None)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert server.poll() is None, server.stdout.read() if server.stdout else ""
+                time.sleep(0.5)
+        assert code == 200 and 'id="status"' in body
+        assert SECRET_DOC not in body  # seen as the contractor: not the hr document
+        code, records = _get(local, "/records", token=None)
+        assert code == 200 and f">{site.records['contractor']}</a>" in records
+        assert f">{site.records['hr']}</a>" not in records
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
