@@ -311,6 +311,10 @@ def test_a_record_opens_from_its_stored_trace_and_reruns(browser, site: Site, sc
     assert browser.find_element(By.CSS_SELECTOR, "#block-1 .key").text == REFUND_KEY
     assert "not recorded" in browser.find_element(By.ID, "block-1").text  # no breadcrumb kept: said so
     browser.save_screenshot(str(screenshots / "record-1280.png"))
+    browser.find_element(By.LINK_TEXT, "The path of this call").click()  # from the recorded node times
+    assert "Recorded call" in browser.find_element(By.TAG_NAME, "main").text
+    assert any("fallback_decision" in row.text for row in browser.find_elements(By.CSS_SELECTOR, "#nodes tr"))
+    browser.back()
     browser.find_element(By.ID, "rerun").click()
     changes = browser.find_element(By.ID, "key-changes").text
     assert REFUND_KEY in changes and "same rank" in changes  # the store did not change since
@@ -343,6 +347,7 @@ def test_two_eval_runs_side_by_side(browser, site: Site, screenshots: Path) -> N
     browser.save_screenshot(str(screenshots / "compare-1280.png"))
     browser.get(site.url + "/evals/dense/")
     assert _text(browser, "run-name") == "dense"
+    browser.save_screenshot(str(screenshots / "run-1280.png"))
     plots = browser.find_elements(By.CSS_SELECTOR, "#report img")
     assert len(plots) == 4 and all(
         browser.execute_script("return arguments[0].naturalWidth", p) for p in plots

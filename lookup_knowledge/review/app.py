@@ -162,11 +162,12 @@ class ReviewPages:
     @_reviewed
     def ask(self, request: Request, scope: AccessScope) -> Response:
         query = request.query_params.get("q")
+        limit = self.tool_for().request_settings.max_query_chars  # the box takes no more than the tool
         if query is None:
-            return self.render(request, "ask.html", {"query": "", "view": None})
+            return self.render(request, "ask.html", {"query": "", "view": None, "limit": limit})
         result = self._lookup(query, scope)
         status = 400 if result.evidence_status == "invalid_input" else 200
-        context = {"query": query, "view": from_result(result)}
+        context = {"query": query, "view": from_result(result), "limit": limit}
         return self.render(request, "ask.html", context, status)
 
     @_reviewed
