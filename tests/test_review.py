@@ -234,13 +234,24 @@ def _sign_in(browser, site: Site, token: str) -> None:  # noqa: ANN001
     from selenium.webdriver.support.wait import WebDriverWait
 
     browser.delete_all_cookies()
-    browser.get(site.url + "/")
+    _open(browser, site.url + "/")
     field = browser.find_element(By.ID, "token")
     field.send_keys(token)
     field.submit()
     WebDriverWait(browser, 60).until(
         expected_conditions.presence_of_element_located((By.ID, "q"))
     )  # signed in
+
+
+def _open(browser, url: str) -> str:  # noqa: ANN001
+    """Go to ``url`` and wait until its page is there (its ``main``); the page's source."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    browser.get(url)
+    WebDriverWait(browser, 60).until(expected_conditions.presence_of_element_located((By.ID, "main")))
+    return browser.page_source
 
 
 def _text(browser, element_id: str) -> str:  # noqa: ANN001
@@ -256,7 +267,7 @@ def test_sign_in_keeps_the_token_in_an_http_only_same_site_strict_cookie(browser
     from selenium.webdriver.support.wait import WebDriverWait
 
     browser.delete_all_cookies()
-    browser.get(site.url + "/")
+    _open(browser, site.url + "/")
     browser.find_element(By.ID, "token").send_keys("tok-wrong")
     browser.find_element(By.ID, "token").submit()
     WebDriverWait(browser, 60).until(expected_conditions.presence_of_element_located((By.ID, "message")))
@@ -274,7 +285,7 @@ def test_ask_by_keyboard_shows_the_verdict_and_the_blocks(browser, site: Site, s
     from selenium.webdriver.common.keys import Keys
 
     _sign_in(browser, site, "tok-admin")
-    browser.get(site.url + "/")
+    _open(browser, site.url + "/")
     for _ in range(10):  # skip link, the page links, sign out: then the question box
         ActionChains(browser).send_keys(Keys.TAB).perform()
         if browser.switch_to.active_element.get_attribute("id") == "q":
@@ -304,7 +315,7 @@ def test_a_record_opens_from_its_stored_trace_and_reruns(browser, site: Site, sc
     from selenium.webdriver.common.by import By
 
     _sign_in(browser, site, "tok-admin")
-    browser.get(site.url + "/records")
+    _open(browser, site.url + "/records")
     browser.save_screenshot(str(screenshots / "records-1280.png"))
     browser.find_element(By.LINK_TEXT, str(site.records["contractor"])).click()
     assert _text(browser, "record-input") == REFUND_QUESTION
@@ -329,7 +340,7 @@ def test_two_eval_runs_side_by_side(browser, site: Site, screenshots: Path) -> N
     from lookup_knowledge.review.evals import load_run, run_folders
 
     _sign_in(browser, site, "tok-admin")
-    browser.get(site.url + "/evals")
+    _open(browser, site.url + "/evals")
     runs = browser.find_element(By.ID, "runs").text
     assert "dense" in runs and "hybrid" in runs
     browser.save_screenshot(str(screenshots / "evals-1280.png"))
@@ -345,7 +356,7 @@ def test_two_eval_runs_side_by_side(browser, site: Site, screenshots: Path) -> N
     delta = expected[(expected["variant"] == "dense") & (expected["metric"] == "ndcg@10")]["delta"].item()
     assert shown_delta == pytest.approx(delta, abs=5e-5)
     browser.save_screenshot(str(screenshots / "compare-1280.png"))
-    browser.get(site.url + "/evals/dense/")
+    _open(browser, site.url + "/evals/dense/")
     assert _text(browser, "run-name") == "dense"
     browser.save_screenshot(str(screenshots / "run-1280.png"))
     plots = browser.find_elements(By.CSS_SELECTOR, "#report img")
@@ -365,7 +376,7 @@ def test_phone_width_scrolls_no_page_sideways(browser, site: Site, screenshots: 
     browser.set_window_size(390, 844)
     try:
         for name, path in pages.items():
-            browser.get(site.url + path)
+            _open(browser, site.url + path)
             wide = browser.execute_script(
                 "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
             )
@@ -379,7 +390,7 @@ def test_phone_width_scrolls_no_page_sideways(browser, site: Site, screenshots: 
 def test_a_reviewer_never_sees_a_document_its_principals_may_not(browser, site: Site) -> None:  # noqa: ANN001
     salary = "/?q=" + urllib.parse.quote(SALARY_QUESTION)
     _sign_in(browser, site, "tok-hr")  # the control: one allowed sees it, so the check can fail
-    browser.get(site.url + salary)
+    _open(browser, site.url + salary)
     assert SECRET_DOC in browser.page_source
 
     _sign_in(browser, site, "tok-contractor")
@@ -392,13 +403,12 @@ def test_a_reviewer_never_sees_a_document_its_principals_may_not(browser, site: 
     ]  # fmt: skip
     leaks = []
     for path in visited:
-        browser.get(site.url + path)
+        _open(browser, site.url + path)
         leaks += [
             (path, marker) for marker in SECRET_MARKERS if marker.lower() in browser.page_source.lower()
         ]
     assert leaks == []
-    browser.get(site.url + "/records")  # its own call is there; the others' are not
-    listed = browser.page_source
+    listed = _open(browser, site.url + "/records")  # its own call is there; the others' are not
     assert f">{site.records['contractor']}</a>" in listed
     assert f">{site.records['hr']}</a>" not in listed and f">{site.records['admin']}</a>" not in listed
 

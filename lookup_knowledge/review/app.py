@@ -233,9 +233,11 @@ class ReviewPages:
 
         tool = self.tool_for()
         title = execution_title(row.input, view.category_filter, row.fallback_reason, row.status)
-        draw = lambda: path_graph(  # noqa: E731
-            tool, tool.dataflow_inputs(row.input), title, view.nodes, view.attempts, row.fallback_reason
-        )
+
+        def draw() -> Any:
+            inputs = tool.dataflow_inputs(row.input)
+            return path_graph(tool, inputs, title, view.nodes, view.attempts, row.fallback_reason)
+
         svg, problem = _svg(draw) if view.nodes else (None, "this call ran no DAG nodes (it was refused)")
         return self.render(request, "path.html", {"view": view, "svg": svg, "problem": problem, "row": row})
 
@@ -308,11 +310,11 @@ class ReviewPages:
 
     def _runs(self, scope: AccessScope) -> dict[str, RunFolder]:
         """The eval runs the reviewer may see: those whose every lookup it could have made."""
-        try:
-            from lookup_knowledge.extras import require
+        from lookup_knowledge.extras import MissingExtraError, require
 
+        try:
             require("eval", "the Eval runs page")
-        except Exception as exc:  # noqa: BLE001 - the extra's message says what to install
+        except MissingExtraError as exc:  # its message says what to install
             raise ReviewError(str(exc), 501) from None
         folders = run_folders(self.eval_dirs)
         if not scope.restricted:
