@@ -356,6 +356,18 @@ def test_two_eval_runs_side_by_side(browser, site: Site, screenshots: Path) -> N
     delta = expected[(expected["variant"] == "dense") & (expected["metric"] == "ndcg@10")]["delta"].item()
     assert shown_delta == pytest.approx(delta, abs=5e-5)
     browser.save_screenshot(str(screenshots / "compare-1280.png"))
+    a, b = (
+        load_run(folders[name]).per_query.set_index("query_id")["ndcg@10"] for name in ("hybrid", "dense")
+    )
+    largest = (b - a).abs().max()
+    assert largest > 0  # the two configurations differ on some query: the table has rows to show
+    moved = browser.find_elements(By.CSS_SELECTOR, "#moved tbody tr")
+    top_delta = float(moved[0].find_elements(By.TAG_NAME, "td")[4].text.split()[0])
+    assert abs(top_delta) == pytest.approx(largest, abs=5e-5)  # the query that moved most comes first
+    question = moved[0].find_element(By.TAG_NAME, "a").text
+    moved[0].find_element(By.TAG_NAME, "a").click()  # it opens in the inspector (Ask)
+    assert browser.find_element(By.ID, "q").get_attribute("value") == question
+    assert _text(browser, "status")
     _open(browser, site.url + "/evals/dense/")
     assert _text(browser, "run-name") == "dense"
     browser.save_screenshot(str(screenshots / "run-1280.png"))
