@@ -182,6 +182,26 @@ def test_a_request_without_a_known_token_gets_the_sign_in_page(site: Site) -> No
         assert "Recorded calls" not in body
 
 
+def test_a_sign_in_posted_from_another_site_is_refused(site: Site) -> None:
+    """A login CSRF: another page posting its own token into the reviewer's browser."""
+    body = urllib.parse.urlencode({"token": "tok-admin"}).encode()
+    for origin, status in (("http://evil.example", 403), (site.url, 303)):
+        request = urllib.request.Request(site.url + "/login", data=body, headers={"Origin": origin})
+        opener = urllib.request.build_opener(_NoRedirect)
+        try:
+            response = opener.open(request, timeout=60)
+            code, cookie = response.status, response.headers.get("set-cookie")
+        except urllib.error.HTTPError as exc:
+            code, cookie = exc.code, exc.headers.get("set-cookie")
+        assert code == status
+        assert (cookie is not None) == (status == 303)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *_: object) -> None:
+        return None
+
+
 def test_records_filter_by_session_status_and_time(site: Site) -> None:
     _, everything = _get(site, "/records")
     ids = [site.records[who] for who in ("hr", "admin", "contractor")]
@@ -254,6 +274,15 @@ def _open(browser, url: str) -> str:  # noqa: ANN001
     return browser.page_source
 
 
+def _wait(browser, element_id: str) -> None:  # noqa: ANN001
+    """Wait until the page that a click or a key led to shows ``element_id``."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    WebDriverWait(browser, 60).until(expected_conditions.presence_of_element_located((By.ID, element_id)))
+
+
 def _text(browser, element_id: str) -> str:  # noqa: ANN001
     from selenium.webdriver.common.by import By
 
@@ -292,6 +321,7 @@ def test_ask_by_keyboard_shows_the_verdict_and_the_blocks(browser, site: Site, s
             break
     assert browser.switch_to.active_element.get_attribute("id") == "q"
     ActionChains(browser).send_keys(REFUND_QUESTION, Keys.ENTER).perform()
+    _wait(browser, "status")  # the next page is there
     assert _text(browser, "status") == "evidence"
     assert _text(browser, "status-words").startswith("Found")
     assert _text(browser, "verdict-reason")  # the reason the verdict node gave, in words
@@ -302,6 +332,7 @@ def test_ask_by_keyboard_shows_the_verdict_and_the_blocks(browser, site: Site, s
     assert "vector:dense rank" in first.text and "domain_match:payments" in first.text  # reasons, boosts
     browser.save_screenshot(str(screenshots / "ask-1280.png"))
     browser.find_element(By.PARTIAL_LINK_TEXT, "The path of this lookup").click()
+    _wait(browser, "nodes")  # the next page is there
     rows = browser.find_elements(By.CSS_SELECTOR, "#nodes tbody tr")
     assert len(rows) > 10 and any("fallback_decision" in row.text for row in rows)
     if has_graphviz():
@@ -318,15 +349,19 @@ def test_a_record_opens_from_its_stored_trace_and_reruns(browser, site: Site, sc
     _open(browser, site.url + "/records")
     browser.save_screenshot(str(screenshots / "records-1280.png"))
     browser.find_element(By.LINK_TEXT, str(site.records["contractor"])).click()
+    _wait(browser, "record-input")  # the next page is there
     assert _text(browser, "record-input") == REFUND_QUESTION
     assert browser.find_element(By.CSS_SELECTOR, "#block-1 .key").text == REFUND_KEY
     assert "not recorded" in browser.find_element(By.ID, "block-1").text  # no breadcrumb kept: said so
     browser.save_screenshot(str(screenshots / "record-1280.png"))
     browser.find_element(By.LINK_TEXT, "The path of this call").click()  # from the recorded node times
+    _wait(browser, "nodes")  # the next page is there
     assert "Recorded call" in browser.find_element(By.TAG_NAME, "main").text
     assert any("fallback_decision" in row.text for row in browser.find_elements(By.CSS_SELECTOR, "#nodes tr"))
     browser.back()
+    _wait(browser, "rerun")  # the next page is there
     browser.find_element(By.ID, "rerun").click()
+    _wait(browser, "key-changes")  # the next page is there
     changes = browser.find_element(By.ID, "key-changes").text
     assert REFUND_KEY in changes and "same rank" in changes  # the store did not change since
     browser.save_screenshot(str(screenshots / "rerun-1280.png"))
@@ -347,6 +382,7 @@ def test_two_eval_runs_side_by_side(browser, site: Site, screenshots: Path) -> N
     browser.find_element(By.CSS_SELECTOR, "input[name=a][value=hybrid]").click()
     browser.find_element(By.CSS_SELECTOR, "input[name=b][value=dense]").click()
     browser.find_element(By.ID, "compare").click()
+    _wait(browser, "metrics")  # the next page is there
     row = browser.find_element(By.XPATH, "//table[@id='metrics']//tr[th='ndcg@10']")
     shown_delta = float(row.find_elements(By.TAG_NAME, "td")[2].text)
     folders = run_folders([site.evals])
@@ -366,6 +402,7 @@ def test_two_eval_runs_side_by_side(browser, site: Site, screenshots: Path) -> N
     assert abs(top_delta) == pytest.approx(largest, abs=5e-5)  # the query that moved most comes first
     question = moved[0].find_element(By.TAG_NAME, "a").text
     moved[0].find_element(By.TAG_NAME, "a").click()  # it opens in the inspector (Ask)
+    _wait(browser, "status")  # the next page is there
     assert browser.find_element(By.ID, "q").get_attribute("value") == question
     assert _text(browser, "status")
     _open(browser, site.url + "/evals/dense/")

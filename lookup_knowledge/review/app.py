@@ -154,7 +154,7 @@ class ReviewPages:
             "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'"
         )
         response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Referrer-Policy"] = "no-referrer"  # a query in the URL goes nowhere else
+        response.headers["Referrer-Policy"] = "same-origin"  # a query in the URL goes to no other site
         return response
 
     # --- Ask and the path -------------------------------------------------------------------
@@ -346,6 +346,7 @@ class ReviewPages:
             return self.sign_in_page(request)
         if not self.token_sign_in:
             raise HTTPException(404)
+        _same_origin(request)
         form = await request.form(max_files=0, max_fields=4)
         token = str(form.get("token") or "").strip()
         if not token or len(token) > MAX_TOKEN_CHARS:
@@ -358,6 +359,7 @@ class ReviewPages:
         return response
 
     async def sign_out(self, request: Request) -> Response:
+        _same_origin(request)
         response = RedirectResponse(request.url_for("login"), status_code=303)
         response.delete_cookie(TOKEN_COOKIE, path=request.scope.get("root_path") or "/")
         return response
@@ -372,6 +374,14 @@ class ReviewPages:
         return self.render(
             request, "message.html", {"message": "this page failed; the server logged why"}, 500
         )
+
+
+def _same_origin(request: Request) -> None:
+    """Refuse a form another site posts (a sign-in with its token would be a login CSRF): a
+    browser names the posting page's origin, which must be this one."""
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+        raise HTTPException(403, "a form posted from another site")
 
 
 def _visible_rows(
