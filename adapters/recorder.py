@@ -231,6 +231,32 @@ class InvocationRecorder:
             rows = connection.execute(query).all()
         return [_invocation(row) for row in reversed(rows)]
 
+    def newest(
+        self,
+        *,
+        session_id: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[Invocation]:
+        """Up to ``limit`` rows, newest first, of one session and status when given, created at
+        ``since`` or later and before ``until``, with ids below ``before_id`` (the next page)."""
+        table = tool_invocation.c
+        query = select(tool_invocation).order_by(table.id.desc()).limit(limit)
+        for column, value in ((table.session_id, session_id), (table.status, status)):
+            if value is not None:
+                query = query.where(column == value)
+        if since is not None:
+            query = query.where(table.created_at >= _utc(since))
+        if until is not None:
+            query = query.where(table.created_at < _utc(until))
+        if before_id is not None:
+            query = query.where(table.id < before_id)
+        with self._connect() as connection:
+            return [_invocation(row) for row in connection.execute(query).all()]
+
     def session_evidence(self, session_id: str, scope: AccessScope | None = None) -> list[Invocation]:
         """The session's ``lookup_knowledge`` rows that returned evidence, oldest first (with a
         ``scope``: only those of calls made in it)."""
@@ -369,6 +395,11 @@ def _in_scope(recorded: Any, scope: AccessScope | None) -> bool:
     """Whether a row's recorded access filter (JSON: a list, or null/absent) is ``scope``'s
     (``None``: any scope)."""
     return scope is None or (tuple(recorded) if isinstance(recorded, list) else None) == scope.filter
+
+
+def _utc(moment: datetime) -> datetime:
+    """``moment`` in UTC, as rows are written (a naive one is read as UTC)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def _storable(value: Any) -> Any:

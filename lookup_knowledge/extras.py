@@ -8,6 +8,7 @@ EXTRAS = {
     "eval": ("pytrec_eval", "scipy", "matplotlib"),
     "dask": ("dask", "distributed"),
     "mcp": ("mcp",),
+    "review": ("starlette", "uvicorn", "jinja2", "markdown_it", "python_multipart"),
     "postgres": ("psycopg",),
     "otel": ("opentelemetry",),
     "watch": ("watchfiles",),

@@ -28,7 +28,7 @@ REFUND = "Who must approve a refund above 500 EUR?"
 OFF_TOPIC = "What is the airspeed velocity of an unladen swallow?"
 COMMANDS = [
     [], ["ingest"], ["query"], ["shell"], ["info"], ["invocations"], ["invocations", "show"], ["mcp"],
-    ["verify"], ["render"], ["eval"], ["eval-queries"],
+    ["verify"], ["render"], ["eval"], ["eval-queries"], ["review"],
 ]  # fmt: skip
 TYPE_PLACEHOLDER = re.compile(r"<[a-z][\w\[\], |]*>|\{\w+\}")  # <bool>, <list[str]>, <int range>, {text}
 RULE = re.compile(r"^[─━═╭╮╰╯│┃┏┓┗┛┡┩╇╈┳┻╋┼├┤┌┐└┘┬┴]+$")  # a table's or rule's drawing, not a word

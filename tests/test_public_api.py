@@ -63,3 +63,7 @@ def test_the_package_builds_without_warnings_and_ships_its_data(tmp_path: Path) 
     assert sum(name.startswith("lookup_knowledge/sample-kb/") for name in names) == 30
     assert "lookup_knowledge/sample-eval/qrels.tsv" in names
     assert "lookup_knowledge/configs/default.yaml" in names
+    assert {
+        "lookup_knowledge/review/templates/base.html",
+        "lookup_knowledge/review/static/review.css",
+    } <= set(names)

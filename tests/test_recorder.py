@@ -120,6 +120,23 @@ def test_list_returns_the_newest_rows_oldest_first(recorder: InvocationRecorder)
     assert recorder.list(session_id="nobody") == []
 
 
+def test_newest_filters_by_session_status_and_time_and_pages_by_id(recorder: InvocationRecorder) -> None:
+    times = [datetime(2026, 3, day, 12, tzinfo=UTC) for day in range(1, 7)]
+    ids = [
+        recorder.record(invocation("a" if i % 2 else "b", status="evidence" if i < 4 else "no_evidence",
+                                   created_at=when))
+        for i, when in enumerate(times)
+    ]  # fmt: skip
+    assert [row.id for row in recorder.newest()] == ids[::-1]
+    assert [row.id for row in recorder.newest(session_id="a")] == [ids[5], ids[3], ids[1]]
+    assert [row.id for row in recorder.newest(status="no_evidence")] == [ids[5], ids[4]]
+    since, until = datetime(2026, 3, 2, 12, tzinfo=UTC), datetime(2026, 3, 4, 12, tzinfo=UTC)
+    assert [row.id for row in recorder.newest(since=since, until=until)] == [ids[2], ids[1]]  # [since, until)
+    naive = datetime(2026, 3, 6, 12)  # read as UTC
+    assert [row.id for row in recorder.newest(since=naive)] == [ids[5]]
+    assert [row.id for row in recorder.newest(before_id=ids[3], limit=2)] == [ids[2], ids[1]]
+
+
 def test_text_that_sql_backends_refuse_is_stored_escaped(recorder: InvocationRecorder) -> None:
     row_id = recorder.record(invocation(input="nul\x00 and \udcff", retrieval_details={"message": "a\x00b"}))
     row = recorder.get(row_id)

@@ -594,6 +594,56 @@ def mcp_command(
         fail(str(exc), code=1)
 
 
+@app.command("review", cls=Command)
+def review_command(
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+    principals: PrincipalOption = None,
+    evals: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--evals", metavar="DIR", help="An eval output folder, or a folder of them (repeatable)."
+        ),
+    ] = None,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="The loopback port.")] = 8766,
+) -> None:
+    """Serve the read-only review pages (Ask, the path, Records, Eval runs) on 127.0.0.1.
+
+    Every page is seen as one reviewer (--principal, else access.principals): loopback only.
+    """
+    from lookup_knowledge.adapters.errors import StoreError
+    from lookup_knowledge.extras import MissingExtraError, require
+
+    try:
+        require("review", "lookup-knowledge review")
+    except MissingExtraError as exc:
+        fail(str(exc))
+    import uvicorn
+
+    from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
+    from lookup_knowledge.agent.lookup import build_recorder
+    from lookup_knowledge.agent.request import RequestSettings, access_scope
+    from lookup_knowledge.review import review_app
+
+    settings = _config(config, overrides)
+    scope = access_scope(principals, RequestSettings.from_config(settings))
+    if scope.sees_nothing:
+        fail("--principal: each principal must be a nonblank name")
+    try:
+        tool = KnowledgeTool.from_config(settings)
+    except StoreError as exc:
+        fail(str(exc), code=1)
+    recorder = build_recorder(settings)
+    pages = review_app(lambda: tool, recorder, evals or [], lambda _request: scope, token_sign_in=False)
+    server = uvicorn.Server(uvicorn.Config(pages, host="127.0.0.1", port=port, log_level="warning"))
+    note(f"review pages on http://127.0.0.1:{port}/ (Ctrl-C to stop)")
+    try:
+        server.run()
+    finally:
+        tool.close()
+        recorder.close()
+
+
 def main() -> None:
     app()
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import graphviz
 
-from lookup_knowledge.contract import LookupResult, RetrievalTrace
+from lookup_knowledge.contract import AttemptTrace, LookupResult, NodeTiming
 from lookup_knowledge.pipeline import FINAL_NODE, VARIANTS, build_driver
 
 SOURCE_FORMATS = ("dot", "mmd")
@@ -107,31 +108,60 @@ def dot_node_edge_set(source: str) -> tuple[set[str], set[tuple[str, str]]]:
 def execution_graph(tool: Any, result: LookupResult, inputs: dict[str, Any]) -> graphviz.Digraph:
     """The DAG path a query executed, titled with the query, filter and fallback decision; each
     node that ran shows its wall time under its type, and ``unfiltered_hits`` what became of it."""
-    graph = tool.driver.visualize_execution([FINAL_NODE], inputs=inputs, orient="TB", bypass_validation=True)
     trace = result.retrieval_trace
-    ran = {timing.name: timing.ms for timing in trace.executed_nodes} if trace else {}
+    return path_graph(
+        tool,
+        inputs,
+        execution_title(result.query, trace.category_filter if trace else None,
+                        trace.fallback_reason if trace else None, result.evidence_status),
+        trace.executed_nodes if trace else [],
+        trace.attempts if trace else [],
+        trace.fallback_reason if trace else None,
+    )  # fmt: skip
+
+
+def path_graph(
+    tool: Any,
+    inputs: dict[str, Any],
+    title: str,
+    executed_nodes: Sequence[NodeTiming],
+    attempts: Sequence[AttemptTrace],
+    fallback_reason: str | None,
+) -> graphviz.Digraph:
+    """The DAG path of a lookup from its parts (a live result's trace, or a recorded call's):
+    each node that ran shows its wall time under its type and is drawn bold, and
+    ``unfiltered_hits`` what became of the unfiltered search."""
+    graph = tool.driver.visualize_execution([FINAL_NODE], inputs=inputs, orient="TB", bypass_validation=True)
+    ran = {timing.name: timing.ms for timing in executed_nodes}
     graph.body = [_with_time(line, ran) for line in graph.body]
-    if "unfiltered_hits" in ran and trace is not None:
-        graph.node("unfiltered_hits", **_unfiltered_hits_node(trace, ran["unfiltered_hits"]))
-    graph.attr(label=_execution_title(result), labelloc="t", fontname="Helvetica")
+    if "unfiltered_hits" in ran:
+        graph.node(
+            "unfiltered_hits", **_unfiltered_hits_node(attempts, fallback_reason, ran["unfiltered_hits"])
+        )
+    graph.attr(label=title, labelloc="t", fontname="Helvetica")
     return graph
 
 
 def _with_time(line: str, ran: dict[str, float]) -> str:
     """A node's DOT line with its wall time added under its type (not beside it, where an
-    ``xlabel`` lands on the edges)."""
+    ``xlabel`` lands on the edges), and a bold outline: it ran."""
     match = _DOT_LABEL_END.match(line)
     if match is None or match[2] not in ran:
         return line
-    return f"{match[1]}<br />{ran[match[2]]:.2f} ms{line[match.end(1) :]}"
+    rest = line[match.end(1) :]
+    if rest.rstrip().endswith("]"):
+        rest = rest.rstrip()[:-1] + " penwidth=2.5]" + line[len(line.rstrip()) :]
+    return f"{match[1]}<br />{ran[match[2]]:.2f} ms{rest}"
 
 
-def _unfiltered_hits_node(trace: RetrievalTrace, ms: float) -> dict[str, str]:
+def _unfiltered_hits_node(
+    attempts: Sequence[AttemptTrace], fallback_reason: str | None, ms: float
+) -> dict[str, str]:
     """What became of the unfiltered search: its hits used (the fallback), run as the relative
     rule's companion and not used, or not run at all."""
-    searched = [attempt for attempt in trace.attempts[1:] if attempt.kind == "unfiltered"]
+    searched = [attempt for attempt in attempts[1:] if attempt.kind == "unfiltered"]
     if searched and searched[0].used:
-        state, style = f"used: fallback ({trace.fallback_reason})", {"fillcolor": "orange"}
+        state, style = f"used: fallback ({fallback_reason})", {"fillcolor": "orange"}
     elif searched:
         state, style = (
             "companion: ran, not used",
@@ -139,17 +169,19 @@ def _unfiltered_hits_node(trace: RetrievalTrace, ms: float) -> dict[str, str]:
         )
     else:
         state, style = "no unfiltered search", {"fillcolor": "white", "style": "rounded,filled,dashed"}
-    return {"label": f"<<b>unfiltered_hits</b><br /><br /><i>{state}</i><br />{ms:.2f} ms>", **style}
+    return {
+        "label": f"<<b>unfiltered_hits</b><br /><br /><i>{state}</i><br />{ms:.2f} ms>",
+        "penwidth": "2.5",
+        **style,
+    }
 
 
-def _execution_title(result: LookupResult) -> str:
-    query = result.query if len(result.query) <= 80 else result.query[:79] + "…"
-    trace = result.retrieval_trace
-    category = trace.category_filter if trace else None
-    fallback = (trace.fallback_reason if trace else None) or "none"
+def execution_title(query: str, category: str | None, fallback: str | None, status: str) -> str:
+    """The drawing's title: the query (cut at 80 characters), its filter, fallback and status."""
+    query = query if len(query) <= 80 else query[:79] + "…"
     return (
-        f"query: {query}\nfilter: {category or 'none'} | fallback: {fallback} | {result.evidence_status}\n"
-        "each node: its wall time in this lookup, under its type"
+        f"query: {query}\nfilter: {category or 'none'} | fallback: {fallback or 'none'} | {status}\n"
+        "each node: its wall time in this lookup, under its type (bold: it ran)"
     )
 
 
