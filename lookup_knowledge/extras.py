@@ -8,6 +8,7 @@ EXTRAS = {
     "eval": ("pytrec_eval", "scipy", "matplotlib"),
     "dask": ("dask", "distributed"),
     "mcp": ("mcp",),
+    "serve": ("mcp", "uvicorn", "starlette", "prometheus_client"),
     "postgres": ("psycopg",),
     "otel": ("opentelemetry",),
     "watch": ("watchfiles",),
