@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from lookup_knowledge.adapters.recorder import RecorderUnavailableError
-from lookup_knowledge.agent.lookup import AgentLookup, new_session_id
+from lookup_knowledge.agent.lookup import AgentLookup
 from lookup_knowledge.agent.mcp_server import lookup_tool_result, tool_error, tool_server, verify_tool_result
 from lookup_knowledge.agent.tool_definition import LookupArguments, VerifyArguments
 from lookup_knowledge.agent.verify import AnswerTooLongError, AnswerVerdict
@@ -49,11 +49,12 @@ from lookup_knowledge.config import Config, ServeConfig
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.serve.limits import Admission, BodyLimits, Busy, TimedOut
 from lookup_knowledge.serve.metrics import RequestMetrics, ServeMetrics
-from lookup_knowledge.serve.tokens import Caller, TokenTable, caller_of
+from lookup_knowledge.serve.tokens import ANONYMOUS, Caller, TokenTable, caller_of
 
 logger = logging.getLogger(__name__)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+SESSION_META_KEY = "lookup-knowledge/session"  # an MCP call's _meta key naming its session
 ROUTES = ("/mcp", "/v1/lookup", "/v1/verify", "/healthz", "/readyz", "/metrics", "/openapi.json")
 ErrorKind = Literal[
     "invalid_token", "bad_json", "invalid_request", "invalid_input", "answer_too_long", "too_large",
@@ -235,7 +236,9 @@ def build_app(
             service.metrics.errors.labels(exc.kind).inc()
         headers = _retry(settings) if exc.status in (429, 503) else None
         if exc.status == 401:
-            headers = {"www-authenticate": 'Bearer error="invalid_token"'}
+            headers = {
+                "www-authenticate": f'Bearer error="invalid_token", error_description="{exc.description}"'
+            }
         body = ApiError(error=exc.kind, error_description=exc.description).model_dump()
         return JSONResponse(body, exc.status, headers)
 
@@ -303,12 +306,17 @@ def _http_tools(service: Service) -> MCPServer:
 
 
 def _mcp_caller(ctx: Context) -> tuple[Caller, str]:
-    """The caller of an MCP call (from its HTTP request's token) and its lookup session: its MCP
-    session (the SDK gives a session to the token that opened it only)."""
+    """The caller of an MCP call (from its HTTP request's token) and its lookup session: the one its
+    ``_meta`` names (:data:`SESSION_META_KEY`, the JSON API's ``session``), else its MCP session
+    (``Mcp-Session-Id`` of a handshake-era client: the SDK serves a session only to the token that
+    opened it), else (a stateless 2026-07-28 client) one session per caller."""
     request = ctx.request_context.request
+    caller = caller_of(request.scope.get("user")) if isinstance(request, Request) else ANONYMOUS
+    named = (ctx.request_context.meta or {}).get(SESSION_META_KEY)
+    if isinstance(named, str) and named:
+        return caller, caller.session(named)
     mcp_session = request.headers.get("mcp-session-id") if isinstance(request, Request) else None
-    caller = caller_of(request.scope.get("user")) if isinstance(request, Request) else caller_of(None)
-    return caller, f"mcp-{mcp_session}" if mcp_session else new_session_id("mcp")
+    return caller, f"mcp-{mcp_session}" if mcp_session else caller.session("mcp")
 
 
 def _body(raw: bytes, model: type[BaseModel]) -> Any:

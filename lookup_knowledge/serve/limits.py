@@ -143,7 +143,7 @@ async def json_error(
 ) -> None:
     """Send the API's JSON error (``{"error", "error_description"}``, the shape of the MCP SDK's
     401) from ASGI middleware."""
-    body = json.dumps({"error": error, "error_description": description}).encode()
+    body = json.dumps({"error": error, "error_description": description}, separators=(",", ":")).encode()
     fields = {"content-type": "application/json", "content-length": str(len(body)), **(headers or {})}
     await send(
         {
