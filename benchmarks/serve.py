@@ -1,0 +1,248 @@
+"""``lookup-knowledge serve`` under concurrent clients: lookups per second and latency over the JSON
+API and over MCP (streamable HTTP, the SDK's client), next to the same lookups made in-process,
+measured in one run on the sample knowledge base.
+
+In turn, for each number of concurrent clients: the in-process lookups (threads calling one
+``AgentLookup``, recorded as the server records them), then, against one ``serve`` process on
+loopback (``serve.max_in_flight`` set to the most clients, so none is refused), the JSON API
+(``httpx`` async clients, one connection each) and MCP (one SDK client session each, calls
+back to back). Each client sends the sample questions in turn until its time is up. The
+server's resident memory is read after each run. The clients share the 2 cores with the server:
+over HTTP the figures include the client's own work.
+
+    python benchmarks/serve.py [--clients 1 4 16 64] [--seconds 10] [--out FILE.json] [--doc docs/serve.md]
+    python benchmarks/serve.py --from-json   # rewrite the doc's table from --out only
+
+A full run (the default clients and seconds) rewrites its table of docs/serve.md whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from doc_sections import machine_line, measured, replace_table
+from mcp import Client
+from rich.console import Console
+from rich.table import Table
+
+from lookup_knowledge import AgentLookup, ingest, load_config, sample_knowledge_base
+
+QUERIES = Path(__file__).resolve().parents[1] / "lookup_knowledge" / "sample-eval" / "queries.jsonl"
+LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
+CLIENTS = (1, 4, 16, 64)
+SECONDS = 10.0
+
+
+def questions() -> list[str]:
+    return [json.loads(line)["text"] for line in QUERIES.read_text(encoding="utf-8").splitlines() if line]
+
+
+def summary(latencies_s: list[float], errors: int, seconds: float, rss_mb: float | None) -> dict[str, Any]:
+    ms = sorted(x * 1000 for x in latencies_s)
+    cut = statistics.quantiles(ms, n=100) if len(ms) > 1 else ms * 99
+    return {
+        "lookups": len(ms),
+        "errors": errors,
+        "per_s": round(len(ms) / seconds, 1),
+        "p50_ms": round(statistics.median(ms), 2) if ms else None,
+        "p95_ms": round(cut[94], 2) if ms else None,
+        "p99_ms": round(cut[98], 2) if ms else None,
+        "server_rss_mb": rss_mb,
+    }
+
+
+def in_process(agent: AgentLookup, clients: int, seconds: float, texts: list[str]) -> dict[str, Any]:
+    """``clients`` threads calling the agent back to back for ``seconds``."""
+    latencies: list[float] = []
+    errors = 0
+    lock = threading.Lock()
+    deadline = time.perf_counter() + seconds
+
+    def client(n: int) -> None:
+        nonlocal errors
+        i = n
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            result = agent.call(texts[i % len(texts)], f"bench-{n}")
+            took = time.perf_counter() - started
+            with lock:
+                latencies.append(took)
+                errors += result.evidence_status in ("retrieval_failed", "invalid_input")
+            i += 1
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return summary(latencies, errors, seconds, rss_mb(os.getpid()))
+
+
+async def over_json(base: str, clients: int, seconds: float, texts: list[str]) -> tuple[list[float], int]:
+    deadline = time.perf_counter() + seconds
+    latencies: list[float] = []
+    errors = 0
+
+    async def client(n: int) -> None:
+        nonlocal errors
+        async with httpx.AsyncClient(base_url=base, timeout=300) as http:
+            i = n
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                answer = await http.post(
+                    "/v1/lookup", json={"query": texts[i % len(texts)], "session": f"b{n}"}
+                )
+                latencies.append(time.perf_counter() - started)
+                errors += answer.status_code != 200
+                i += 1
+
+    await asyncio.gather(*(client(n) for n in range(clients)))
+    return latencies, errors
+
+
+async def over_mcp(base: str, clients: int, seconds: float, texts: list[str]) -> tuple[list[float], int]:
+    deadline = time.perf_counter() + seconds
+    latencies: list[float] = []
+    errors = 0
+
+    async def client(n: int) -> None:
+        nonlocal errors
+        async with Client(f"{base}/mcp", read_timeout_seconds=300) as session:
+            i = n
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                result = await session.call_tool("lookup_knowledge", {"query": texts[i % len(texts)]})
+                latencies.append(time.perf_counter() - started)
+                errors += bool(result.is_error)
+                i += 1
+
+    await asyncio.gather(*(client(n) for n in range(clients)))
+    return latencies, errors
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(store: Path, clients: list[int], seconds: float) -> dict[str, Any]:
+    config = load_config(overrides={"store.path": str(store)})
+    texts = questions()
+    results: dict[str, Any] = {"in-process": {}, "JSON API": {}, "MCP": {}}
+    with AgentLookup.from_config(config) as agent:
+        agent.warm_up()
+        for n in clients:
+            results["in-process"][n] = in_process(agent, n, seconds, texts)
+            print(f"in-process, {n} clients: {results['in-process'][n]}", file=sys.stderr)
+    port = free_port()
+    command = [
+        str(LOOKUP_KNOWLEDGE), "serve", "--port", str(port), "--set", f"store.path={store}",
+        "--set", f"serve.max_in_flight={max(clients)}",
+    ]  # fmt: skip
+    server = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz").status_code == 200:
+                    break
+            except httpx.ConnectError:
+                pass
+            if server.poll() is not None:
+                raise SystemExit("serve exited before it was ready")
+            time.sleep(0.2)
+        results["server_rss_mb_ready"] = rss_mb(server.pid)
+        for name, drive in (("JSON API", over_json), ("MCP", over_mcp)):
+            for n in clients:
+                latencies, errors = asyncio.run(drive(base, n, seconds, texts))
+                results[name][n] = summary(latencies, errors, seconds, rss_mb(server.pid))
+                print(f"{name}, {n} clients: {results[name][n]}", file=sys.stderr)
+    finally:
+        server.terminate()
+        server.wait(120)
+    return results
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    rows = [
+        machine_line(results["ran"], "serve.py")
+        + f" {results['seconds']:g} s per row; sample knowledge base.",
+        "",
+        "| path | clients | lookups/s | p50 ms | p95 ms | p99 ms | errors | server RSS MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for path in ("in-process", "JSON API", "MCP"):
+        for n, row in results[path].items():
+            rss = "" if path == "in-process" else row["server_rss_mb"]
+            rows.append(
+                f"| {path} | {n} | {row['per_s']} | {row['p50_ms']} | {row['p95_ms']} | {row['p99_ms']} "
+                f"| {row['errors']} | {rss} |"
+            )
+    return "\n".join(rows)
+
+
+def print_table(results: dict[str, Any]) -> None:
+    table = Table("path", "clients", "lookups/s", "p50 ms", "p95 ms", "p99 ms", "errors", "server RSS MB")
+    for path in ("in-process", "JSON API", "MCP"):
+        for n, row in results[path].items():
+            table.add_row(
+                path, str(n), *(str(row[k]) for k in ("per_s", "p50_ms", "p95_ms", "p99_ms", "errors")),
+                "" if path == "in-process" else str(row["server_rss_mb"]),
+            )  # fmt: skip
+    Console().print(table)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=list(CLIENTS))
+    parser.add_argument("--seconds", type=float, default=SECONDS, help="per row")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve.json"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/serve.md"))
+    parser.add_argument("--from-json", action="store_true", help="rewrite the doc's table from --out")
+    args = parser.parse_args()
+    if args.from_json:
+        results = json.loads(args.out.read_text(encoding="utf-8"))
+    else:
+        load = os.getloadavg()[0]
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Path(tmp) / "store"
+            ingest(sample_knowledge_base(), load_config(overrides={"store.path": str(store)}))
+            results = run(store, args.clients, args.seconds)
+            shutil.rmtree(store, ignore_errors=True)
+        results |= {"seconds": args.seconds, "ran": measured(load)}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    results = json.loads(json.dumps(results))  # client counts as the JSON's keys
+    print_table(results)
+    if args.from_json or (args.clients == list(CLIENTS) and args.seconds == SECONDS):
+        replace_table(args.doc, "serve", markdown_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
