@@ -42,7 +42,13 @@ from starlette.routing import BaseRoute, Route
 
 from lookup_knowledge.adapters.recorder import RecorderUnavailableError
 from lookup_knowledge.agent.lookup import AgentLookup
-from lookup_knowledge.agent.mcp_server import lookup_tool_result, tool_error, tool_server, verify_tool_result
+from lookup_knowledge.agent.mcp_server import (
+    CappedLogText,
+    lookup_tool_result,
+    tool_error,
+    tool_server,
+    verify_tool_result,
+)
 from lookup_knowledge.agent.tool_definition import LookupArguments, VerifyArguments
 from lookup_knowledge.agent.verify import AnswerTooLongError, AnswerVerdict
 from lookup_knowledge.config import Config, ServeConfig
@@ -411,6 +417,9 @@ def serve_http(
         )
     agent = AgentLookup.from_config(config, require_store=False)
     app = build_app(agent, settings, host=host)
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's session notes: not for the operator
+    for handler in logging.getLogger().handlers:  # the SDK logs client text (a tool name) in full
+        handler.addFilter(CappedLogText())
     who = (
         f"{len(settings.tokens)} bearer token(s) configured"
         if settings.tokens
