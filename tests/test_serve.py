@@ -486,6 +486,7 @@ def test_calls_beyond_the_bound_get_429_with_retry_after_and_the_held_one_finish
     assert mcp_refused.is_error and "busy" in mcp_refused.content[0].text
     assert "lookup_knowledge_calls_in_flight 1.0" in metrics
     assert 'lookup_knowledge_errors_total{kind="busy"} 2.0' in metrics
+    assert 'lookup_knowledge_http_requests_total{route="/v1/lookup",code="429"} 1.0' in metrics
     assert answers[0].status_code == 200 and answers[0].json()["evidenceStatus"] == "evidence"
     assert held.closed_after == ["call", "close"]  # shutdown let the call in flight finish, then closed
 
@@ -579,3 +580,57 @@ def test_serve_process_answers_then_shuts_down_cleanly_on_sigterm(
     # the store was closed: another process opens it at once
     with KnowledgeTool(make_config(store, store__lock_wait_s=0), embedder=embedder) as tool:
         assert tool.lookup(REFUND_QUERY).evidence_status == "evidence"
+
+
+ADDED_DOC = {
+    "payments/glimmer.md": (
+        {"id": "glimmer-settlement", "title": "Glimmer Settlement Window", "domain": "payments"},
+        "# Glimmer Settlement Window\n\nGlimmer settlements close at 17:30 CET; a payout requested after "
+        "the glimmer window waits for the next business day and the treasury desk confirms it.\n",
+    )
+}
+
+
+@pytest.mark.slow  # an ingest process that loads the model
+def test_an_ingest_while_clients_call_fails_no_call_and_serves_no_half_document(
+    sample_store: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = shutil.copytree(sample_store, tmp_path / "store")  # its own: the module's is served already
+    config = make_config(store)
+    agent = AgentLookup(
+        KnowledgeTool(config, embedder=embedder), InvocationRecorder(invocation_db_url(config))
+    )
+    new_text = ADDED_DOC["payments/glimmer.md"][1].split("\n\n", 1)[1].strip()
+    answers: list[httpx.Response] = []
+    ingesting = threading.Event()
+    with live(build_app(agent, config.serve)) as base:
+        wait_ready(base)
+
+        def client(n: int) -> None:
+            with httpx.Client(base_url=base, timeout=300) as http:
+                queries = ["glimmer settlement window payout", REFUND_QUERY, KAFKA_QUERY]
+                i = 0
+                while ingesting.is_set() or i < 3:
+                    answers.append(http.post("/v1/lookup", json={"query": queries[(n + i) % 3]}))
+                    i += 1
+
+        ingesting.set()
+        clients = [threading.Thread(target=client, args=(n,)) for n in range(3)]
+        for thread in clients:
+            thread.start()
+        source = write_corpus(tmp_path / "added", ADDED_DOC)
+        done = subprocess.run(
+            [str(LOOKUP_KNOWLEDGE), "ingest", str(source), "--set", f"store.path={store}"],
+            capture_output=True,
+            text=True,
+        )
+        ingesting.clear()
+        for thread in clients:
+            thread.join(300)
+        after = httpx.post(f"{base}/v1/lookup", json={"query": "glimmer settlement window payout"}).json()
+    assert done.returncode == 0, done.stderr
+    assert len(answers) >= 9
+    assert {a.status_code for a in answers} == {200}  # no call failed while the store was handed over
+    blocks = [b for a in answers for b in a.json()["evidenceBlocks"] if b["docId"] == "glimmer-settlement"]
+    assert all(new_text in b["content"] for b in blocks)  # the document whole, or not at all
+    assert after["evidenceBlocks"][0]["docId"] == "glimmer-settlement"  # found once the ingest returned

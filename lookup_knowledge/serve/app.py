@@ -280,7 +280,9 @@ def build_app(
     app = Starlette(
         routes=[*api, *routes],
         middleware=middleware,
-        exception_handlers={Exception: refused, HTTPException: refused, Refused: refused},
+        # each its own handler: Starlette sends only a bare Exception's to its outermost layer, which
+        # logs a traceback and passes by the request metrics
+        exception_handlers={exc: refused for exc in (Refused, Busy, TimedOut, HTTPException, Exception)},
         lifespan=lifespan,
     )
     app.state.service = service
