@@ -5,10 +5,11 @@ measured in one run on the sample knowledge base.
 In turn, for each number of concurrent clients: the in-process lookups (threads calling one
 ``AgentLookup``, recorded as the server records them), then, against one ``serve`` process on
 loopback (``serve.max_in_flight`` set to the most clients, so none is refused), the JSON API
-(``httpx`` async clients, one connection each) and MCP (one SDK client session each, calls
-back to back). Each client sends the sample questions in turn until its time is up. The
-server's resident memory is read after each run. The clients share the 2 cores with the server:
-over HTTP the figures include the client's own work.
+(``httpx`` async clients, one connection each) and MCP (one SDK client each, the 2026-07-28
+protocol). The connections are opened first; then each client sends the sample questions back
+to back until its time is up, and lookups/s counts the answers over the time to the last one.
+The server's resident memory is read after each row. The clients run on the same cores as the
+server: over HTTP the figures include the clients' own work.
 
     python benchmarks/serve.py [--clients 1 4 16 64] [--seconds 10] [--out FILE.json] [--doc docs/serve.md]
     python benchmarks/serve.py --from-json   # rewrite the doc's table from --out only
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -52,6 +54,7 @@ def questions() -> list[str]:
 
 
 def summary(latencies_s: list[float], errors: int, seconds: float, rss_mb: float | None) -> dict[str, Any]:
+    """The figures of one row: ``seconds`` from the first call to the last answer."""
     ms = sorted(x * 1000 for x in latencies_s)
     cut = statistics.quantiles(ms, n=100) if len(ms) > 1 else ms * 99
     return {
@@ -85,53 +88,54 @@ def in_process(agent: AgentLookup, clients: int, seconds: float, texts: list[str
             i += 1
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return summary(latencies, errors, seconds, rss_mb(os.getpid()))
+    return summary(latencies, errors, time.perf_counter() - started, rss_mb(os.getpid()))
 
 
-async def over_json(base: str, clients: int, seconds: float, texts: list[str]) -> tuple[list[float], int]:
-    deadline = time.perf_counter() + seconds
+async def over_http(
+    base: str, clients: int, seconds: float, texts: list[str], mcp: bool
+) -> tuple[list[float], int, float]:
+    """``clients`` connections (JSON, or MCP client sessions) opened first, then each calling back
+    to back for ``seconds``: the latencies, the errors and the seconds until the last answer."""
     latencies: list[float] = []
     errors = 0
+    async with contextlib.AsyncExitStack() as stack:
+        if mcp:
+            sessions = [
+                await stack.enter_async_context(Client(f"{base}/mcp", read_timeout_seconds=600))
+                for _ in range(clients)
+            ]
+        else:
+            https = [
+                await stack.enter_async_context(httpx.AsyncClient(base_url=base, timeout=600))
+                for _ in range(clients)
+            ]
 
-    async def client(n: int) -> None:
-        nonlocal errors
-        async with httpx.AsyncClient(base_url=base, timeout=300) as http:
+        async def call(n: int, text: str) -> bool:
+            if mcp:
+                return not (await sessions[n].call_tool("lookup_knowledge", {"query": text})).is_error
+            answer = await https[n].post("/v1/lookup", json={"query": text, "session": f"b{n}"})
+            return answer.status_code == 200
+
+        started = time.perf_counter()
+        deadline = started + seconds
+
+        async def client(n: int) -> None:
+            nonlocal errors
             i = n
             while time.perf_counter() < deadline:
-                started = time.perf_counter()
-                answer = await http.post(
-                    "/v1/lookup", json={"query": texts[i % len(texts)], "session": f"b{n}"}
-                )
-                latencies.append(time.perf_counter() - started)
-                errors += answer.status_code != 200
+                began = time.perf_counter()
+                ok = await call(n, texts[i % len(texts)])
+                latencies.append(time.perf_counter() - began)
+                errors += not ok
                 i += 1
 
-    await asyncio.gather(*(client(n) for n in range(clients)))
-    return latencies, errors
-
-
-async def over_mcp(base: str, clients: int, seconds: float, texts: list[str]) -> tuple[list[float], int]:
-    deadline = time.perf_counter() + seconds
-    latencies: list[float] = []
-    errors = 0
-
-    async def client(n: int) -> None:
-        nonlocal errors
-        async with Client(f"{base}/mcp", read_timeout_seconds=300) as session:
-            i = n
-            while time.perf_counter() < deadline:
-                started = time.perf_counter()
-                result = await session.call_tool("lookup_knowledge", {"query": texts[i % len(texts)]})
-                latencies.append(time.perf_counter() - started)
-                errors += bool(result.is_error)
-                i += 1
-
-    await asyncio.gather(*(client(n) for n in range(clients)))
-    return latencies, errors
+        await asyncio.gather(*(client(n) for n in range(clients)))
+        return latencies, errors, time.perf_counter() - started
 
 
 def rss_mb(pid: int) -> float | None:
@@ -177,10 +181,10 @@ def run(store: Path, clients: list[int], seconds: float) -> dict[str, Any]:
                 raise SystemExit("serve exited before it was ready")
             time.sleep(0.2)
         results["server_rss_mb_ready"] = rss_mb(server.pid)
-        for name, drive in (("JSON API", over_json), ("MCP", over_mcp)):
+        for name, mcp in (("JSON API", False), ("MCP", True)):
             for n in clients:
-                latencies, errors = asyncio.run(drive(base, n, seconds, texts))
-                results[name][n] = summary(latencies, errors, seconds, rss_mb(server.pid))
+                latencies, errors, took = asyncio.run(over_http(base, n, seconds, texts, mcp))
+                results[name][n] = summary(latencies, errors, took, rss_mb(server.pid))
                 print(f"{name}, {n} clients: {results[name][n]}", file=sys.stderr)
     finally:
         server.terminate()
@@ -214,7 +218,7 @@ def print_table(results: dict[str, Any]) -> None:
                 path, str(n), *(str(row[k]) for k in ("per_s", "p50_ms", "p95_ms", "p99_ms", "errors")),
                 "" if path == "in-process" else str(row["server_rss_mb"]),
             )  # fmt: skip
-    Console().print(table)
+    Console(width=120).print(table)
 
 
 def main() -> int:
