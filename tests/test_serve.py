@@ -486,7 +486,7 @@ def test_calls_beyond_the_bound_get_429_with_retry_after_and_the_held_one_finish
     assert mcp_refused.is_error and "busy" in mcp_refused.content[0].text
     assert "lookup_knowledge_calls_in_flight 1.0" in metrics
     assert 'lookup_knowledge_errors_total{kind="busy"} 2.0' in metrics
-    assert 'lookup_knowledge_http_requests_total{route="/v1/lookup",code="429"} 1.0' in metrics
+    assert 'lookup_knowledge_http_requests_total{code="429",route="/v1/lookup"} 1.0' in metrics
     assert answers[0].status_code == 200 and answers[0].json()["evidenceStatus"] == "evidence"
     assert held.closed_after == ["call", "close"]  # shutdown let the call in flight finish, then closed
 
