@@ -13,6 +13,7 @@ server: over HTTP the figures include the clients' own work.
 
     python benchmarks/serve.py [--clients 1 4 16 64] [--seconds 10] [--out FILE.json] [--doc docs/serve.md]
     python benchmarks/serve.py --from-json   # rewrite the doc's table from --out only
+    python benchmarks/serve.py --soak 600 [--ingest-every 60]   # 16 clients, 2 tokens, an ingest a minute
 
 A full run (the default clients and seconds) rewrites its table of docs/serve.md whole.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -171,15 +173,7 @@ def run(store: Path, clients: list[int], seconds: float) -> dict[str, Any]:
     server = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz").status_code == 200:
-                    break
-            except httpx.ConnectError:
-                pass
-            if server.poll() is not None:
-                raise SystemExit("serve exited before it was ready")
-            time.sleep(0.2)
+        wait_ready(base, server)
         results["server_rss_mb_ready"] = rss_mb(server.pid)
         for name, mcp in (("JSON API", False), ("MCP", True)):
             for n in clients:
@@ -190,6 +184,115 @@ def run(store: Path, clients: list[int], seconds: float) -> dict[str, Any]:
         server.terminate()
         server.wait(120)
     return results
+
+
+SOAK_QUERY = "zorbquill ledger reconciliation"
+LEAK_MARKERS = ("zorbquill-ledger", "vexillum", "Zorbquill Ledger")
+
+
+def soak_document(folder: Path, version: int) -> None:
+    """The document the soak rewrites and ingests each time: only ``finance`` may see it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "zorbquill.md").write_text(
+        f"---\nid: zorbquill-ledger\ntitle: Zorbquill Ledger\ndomain: payments\naccess: [finance]\n---\n\n"
+        f"# Zorbquill Ledger\n\nThe zorbquill ledger reconciliation runs at {version:02d}:00 under "
+        f"vexillum control; revision {version}.\n",
+        encoding="utf-8",
+    )
+
+
+def soak(store: Path, seconds: float, every: float, clients: int) -> dict[str, Any]:
+    """``clients`` JSON clients (half with a token that may see the soak document, half without)
+    calling back to back for ``seconds`` while the document is edited and ingested every
+    ``every`` seconds by another process: errors, leaks (the document's words in an answer to
+    the other token) and the server's memory over time."""
+    folder = store.parent / "soak-docs"
+    soak_document(folder, 0)
+    overrides = ["--set", f"store.path={store}"]
+    subprocess.run(
+        [str(LOOKUP_KNOWLEDGE), "ingest", str(folder), *overrides], check=True, capture_output=True
+    )
+    tokens = {"finance": "soak-finance-token", "support": "soak-support-token"}
+    entries = ", ".join(
+        f"{{name: {n}, sha256: {hashlib.sha256(t.encode()).hexdigest()}, principals: [{n}]}}"
+        for n, t in tokens.items()
+    )
+    port = free_port()
+    command = [
+        str(LOOKUP_KNOWLEDGE),
+        "serve",
+        "--port",
+        str(port),
+        *overrides,
+        "--set",
+        f"serve.tokens=[{entries}]",
+    ]
+    server = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    texts = [*questions(), SOAK_QUERY]
+    counts = {"lookups": 0, "errors": 0, "leaks": 0, "ingests": 0, "failed_ingests": 0}
+    rss: list[float | None] = []
+    try:
+        wait_ready(base, server)
+        rss.append(rss_mb(server.pid))
+
+        async def client(n: int, deadline: float) -> None:
+            who = "finance" if n % 2 else "support"
+            headers = {"Authorization": f"Bearer {tokens[who]}"}
+            async with httpx.AsyncClient(base_url=base, timeout=600, headers=headers) as http:
+                i = n
+                while time.perf_counter() < deadline:
+                    answer = await http.post(
+                        "/v1/lookup", json={"query": texts[i % len(texts)], "session": f"s{n}"}
+                    )
+                    counts["lookups"] += 1
+                    counts["errors"] += answer.status_code != 200
+                    # what only the document holds (the query's own words are echoed back)
+                    counts["leaks"] += who == "support" and any(m in answer.text for m in LEAK_MARKERS)
+                    i += 1
+
+        async def ingests(deadline: float) -> None:
+            version = 0
+            while time.perf_counter() + every < deadline:
+                await asyncio.sleep(every)
+                version += 1
+                soak_document(folder, version)
+                done = await asyncio.to_thread(
+                    subprocess.run,
+                    [str(LOOKUP_KNOWLEDGE), "ingest", str(folder), *overrides],
+                    capture_output=True,
+                )
+                counts["ingests"] += 1
+                counts["failed_ingests"] += done.returncode != 0
+                rss.append(rss_mb(server.pid))
+                print(
+                    f"soak: ingest {version} -> {done.returncode}, {counts}, RSS {rss[-1]} MB",
+                    file=sys.stderr,
+                )
+
+        async def main() -> None:
+            deadline = time.perf_counter() + seconds
+            await asyncio.gather(ingests(deadline), *(client(n, deadline) for n in range(clients)))
+
+        asyncio.run(main())
+        rss.append(rss_mb(server.pid))
+    finally:
+        server.terminate()
+        server.wait(120)
+    return {**counts, "seconds": seconds, "clients": clients, "server_rss_mb": rss}
+
+
+def wait_ready(base: str, server: subprocess.Popen) -> None:
+    """Wait until ``server`` answers ``/readyz`` with 200."""
+    while True:
+        try:
+            if httpx.get(f"{base}/readyz").status_code == 200:
+                return
+        except httpx.ConnectError:
+            pass
+        if server.poll() is not None:
+            raise SystemExit("serve exited before it was ready")
+        time.sleep(0.2)
 
 
 def markdown_table(results: dict[str, Any]) -> str:
@@ -228,7 +331,19 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve.json"))
     parser.add_argument("--doc", type=Path, default=Path("docs/serve.md"))
     parser.add_argument("--from-json", action="store_true", help="rewrite the doc's table from --out")
+    parser.add_argument("--soak", type=float, default=None, metavar="SECONDS", help="run the soak instead")
+    parser.add_argument("--ingest-every", type=float, default=60.0, metavar="SECONDS")
     args = parser.parse_args()
+    if args.soak is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Path(tmp) / "store"
+            ingest(sample_knowledge_base(), load_config(overrides={"store.path": str(store)}))
+            outcome = soak(store, args.soak, args.ingest_every, 16)
+        Console().print(outcome)
+        path = args.out.with_name("serve_soak.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(outcome, indent=2), encoding="utf-8")
+        return 0
     if args.from_json:
         results = json.loads(args.out.read_text(encoding="utf-8"))
     else:
