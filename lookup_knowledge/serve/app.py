@@ -147,12 +147,10 @@ class Service:
     def warm_up(self, principals: Sequence[tuple[str, ...] | None]) -> None:
         """Load the model and measure the store's probe null for each caller's scope, then say
         whether the store answers (:attr:`ready`)."""
-        self.agent.warm_up(principals[0] if principals else None)
-        for scope in principals[1:]:
-            self.agent.tool.lookup("warm-up lookup of the knowledge base", principals=scope)
-        check = self.agent.tool.lookup(
-            "warm-up lookup of the knowledge base", principals=principals[0] if principals else None
-        )
+        scopes = list(principals) or [None]
+        self.agent.warm_up(scopes[0])
+        for scope in scopes:  # each scope's probe null measured now, not at its first call
+            check = self.agent.tool.lookup("warm-up lookup of the knowledge base", principals=scope)
         self.last_failure = check.message if check.evidence_status == "retrieval_failed" else None
         self.ready = True
 
