@@ -232,6 +232,28 @@ def test_each_handshake_connection_is_one_session(served: Served) -> None:
     assert first.startswith("mcp-") and other.startswith("mcp-")
 
 
+def test_an_mcp_session_serves_only_the_token_that_opened_it(served: Served) -> None:
+    headers = {"Accept": "application/json, text/event-stream"}
+    client = {"name": "probe", "version": "1"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client},
+    }
+    opened = httpx.post(f"{served.base}/mcp", json=initialize, headers={**headers, **auth(FINANCE_TOKEN)})
+    session = {
+        **headers,
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    other = httpx.post(f"{served.base}/mcp", json=listing, headers={**session, **auth(SUPPORT_TOKEN)})
+    owner = httpx.post(f"{served.base}/mcp", json=listing, headers={**session, **auth(FINANCE_TOKEN)})
+    assert other.status_code == 404  # as if the session did not exist
+    assert owner.status_code == 200 and TOOL_NAME in owner.text
+
+
 # --- the JSON API ---------------------------------------------------------------------------------
 
 
