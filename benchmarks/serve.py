@@ -219,18 +219,14 @@ def soak(store: Path, seconds: float, every: float, clients: int) -> dict[str, A
     )
     port = free_port()
     command = [
-        str(LOOKUP_KNOWLEDGE),
-        "serve",
-        "--port",
-        str(port),
-        *overrides,
-        "--set",
-        f"serve.tokens=[{entries}]",
-    ]
+        str(LOOKUP_KNOWLEDGE), "serve", "--port", str(port), *overrides, "--set", f"serve.tokens=[{entries}]",
+        "--set", f"serve.max_in_flight={clients}",  # every call admitted: a 429 would count as an error
+    ]  # fmt: skip
     server = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     texts = [*questions(), SOAK_QUERY]
     counts = {"lookups": 0, "errors": 0, "leaks": 0, "ingests": 0, "failed_ingests": 0}
+    statuses: dict[int, int] = {}
     rss: list[float | None] = []
     try:
         wait_ready(base, server)
@@ -247,6 +243,7 @@ def soak(store: Path, seconds: float, every: float, clients: int) -> dict[str, A
                     )
                     counts["lookups"] += 1
                     counts["errors"] += answer.status_code != 200
+                    statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
                     # what only the document holds (the query's own words are echoed back)
                     counts["leaks"] += who == "support" and any(m in answer.text for m in LEAK_MARKERS)
                     i += 1
@@ -279,7 +276,7 @@ def soak(store: Path, seconds: float, every: float, clients: int) -> dict[str, A
     finally:
         server.terminate()
         server.wait(120)
-    return {**counts, "seconds": seconds, "clients": clients, "server_rss_mb": rss}
+    return {**counts, "statuses": statuses, "seconds": seconds, "clients": clients, "server_rss_mb": rss}
 
 
 def wait_ready(base: str, server: subprocess.Popen) -> None:
