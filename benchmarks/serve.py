@@ -13,7 +13,7 @@ server: over HTTP the figures include the clients' own work.
 
     python benchmarks/serve.py [--clients 1 4 16 64] [--seconds 10] [--out FILE.json] [--doc docs/serve.md]
     python benchmarks/serve.py --from-json   # rewrite the doc's table from --out only
-    python benchmarks/serve.py --soak 600 [--ingest-every 60]   # 16 clients, 2 tokens, an ingest a minute
+    python benchmarks/serve.py --soak 600 [--ingest-every 60] [--from-json]   # 16 clients, an ingest a minute
 
 A full run (the default clients and seconds) rewrites its table of docs/serve.md whole.
 """
@@ -292,6 +292,22 @@ def wait_ready(base: str, server: subprocess.Popen) -> None:
         time.sleep(0.2)
 
 
+def soak_table(outcome: dict[str, Any]) -> str:
+    """The soak's one row: calls, failures, leaks, ingests and the server's memory."""
+    rss = [x for x in outcome["server_rss_mb"] if x is not None]
+    return "\n".join(
+        [
+            machine_line(outcome.get("ran", {}), "serve.py --soak 600"),
+            "",
+            "| seconds | clients | lookups | failed | leaks | ingests (failed) | RSS MB: first, last, max |",
+            "|---:|---:|---:|---:|---:|---:|---|",
+            f"| {outcome['seconds']:g} | {outcome['clients']} | {outcome['lookups']} | {outcome['errors']} "
+            f"| {outcome['leaks']} | {outcome['ingests']} ({outcome['failed_ingests']}) "
+            f"| {rss[0]}, {rss[-1]}, {max(rss)} |",
+        ]
+    )
+
+
 def markdown_table(results: dict[str, Any]) -> str:
     rows = [
         machine_line(results["ran"], "serve.py")
@@ -332,14 +348,20 @@ def main() -> int:
     parser.add_argument("--ingest-every", type=float, default=60.0, metavar="SECONDS")
     args = parser.parse_args()
     if args.soak is not None:
-        with tempfile.TemporaryDirectory() as tmp:
-            store = Path(tmp) / "store"
-            ingest(sample_knowledge_base(), load_config(overrides={"store.path": str(store)}))
-            outcome = soak(store, args.soak, args.ingest_every, 16)
-        Console().print(outcome)
         path = args.out.with_name("serve_soak.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(outcome, indent=2), encoding="utf-8")
+        if args.from_json:
+            outcome = json.loads(path.read_text(encoding="utf-8"))
+        else:
+            load = os.getloadavg()[0]
+            with tempfile.TemporaryDirectory() as tmp:
+                store = Path(tmp) / "store"
+                ingest(sample_knowledge_base(), load_config(overrides={"store.path": str(store)}))
+                outcome = soak(store, args.soak, args.ingest_every, 16) | {"ran": measured(load)}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(outcome, indent=2), encoding="utf-8")
+        Console().print(outcome)
+        if args.from_json or (args.soak >= 600 and args.ingest_every == 60):
+            replace_table(args.doc, "serve-soak", soak_table(outcome))
         return 0
     if args.from_json:
         results = json.loads(args.out.read_text(encoding="utf-8"))
