@@ -225,7 +225,7 @@ def soak(store: Path, seconds: float, every: float, clients: int) -> dict[str, A
     server = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     texts = [*questions(), SOAK_QUERY]
-    counts = {"lookups": 0, "errors": 0, "leaks": 0, "ingests": 0, "failed_ingests": 0}
+    counts = {"lookups": 0, "errors": 0, "leaks": 0, "seen_by_owner": 0, "ingests": 0, "failed_ingests": 0}
     statuses: dict[int, int] = {}
     rss: list[float | None] = []
     try:
@@ -245,7 +245,9 @@ def soak(store: Path, seconds: float, every: float, clients: int) -> dict[str, A
                     counts["errors"] += answer.status_code != 200
                     statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
                     # what only the document holds (the query's own words are echoed back)
-                    counts["leaks"] += who == "support" and any(m in answer.text for m in LEAK_MARKERS)
+                    holds = any(m in answer.text for m in LEAK_MARKERS)
+                    counts["leaks"] += who == "support" and holds
+                    counts["seen_by_owner"] += who == "finance" and holds  # the control: it is there
                     i += 1
 
         async def ingests(deadline: float) -> None:
