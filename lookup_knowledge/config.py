@@ -251,6 +251,44 @@ class AccessConfig(_Section):
         return ("public",) if self.default == "public" else ()
 
 
+class TokenConfig(_Section):
+    """One bearer token of ``serve``: its name (logged, never a principal), the SHA-256 of the token
+    (``lookup-knowledge token`` makes both; the token itself is never stored) and the principals
+    its requests are made as."""
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.@-]+$")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    principals: list[str] = Field(min_length=1)
+
+    @field_validator("principals")
+    @classmethod
+    def _principal_names(cls, value: list[str]) -> list[str]:
+        if not all(name.strip() for name in value):
+            raise ValueError("a principal name must not be blank")
+        return [name.strip() for name in value]
+
+
+class ServeConfig(_Section):
+    """``lookup-knowledge serve``: where it listens, who may call it and how much it takes at once."""
+
+    host: str = Field("127.0.0.1", min_length=1)
+    port: int = Field(8765, ge=0, le=65535)
+    tokens: list[TokenConfig] = Field(default_factory=list)
+    max_body_bytes: int = Field(1_048_576, ge=1024, le=100 * 2**20)
+    body_timeout_s: float = Field(10.0, gt=0, le=600)
+    request_timeout_s: float = Field(30.0, gt=0, le=3600)
+    max_in_flight: int = Field(8, ge=1, le=1024)
+    retry_after_s: int = Field(1, ge=1, le=3600)
+    shutdown_timeout_s: float = Field(30.0, gt=0, le=3600)
+
+    @field_validator("tokens")
+    @classmethod
+    def _distinct(cls, value: list[TokenConfig]) -> list[TokenConfig]:
+        if len({token.name for token in value}) != len(value) or len({t.sha256 for t in value}) != len(value):
+            raise ValueError("each token needs a name and a hash of its own")
+        return value
+
+
 class TracingConfig(_Section):
     opentelemetry: bool = False
     include_query: bool = False
@@ -271,6 +309,7 @@ class Config(_Section):
     recorder: RecorderConfig = RecorderConfig()
     access: AccessConfig = AccessConfig()
     tracing: TracingConfig = TracingConfig()
+    serve: ServeConfig = ServeConfig()
 
 
 def default_config_path() -> Path:

@@ -9,6 +9,7 @@ EXTRAS = {
     "dask": ("dask", "distributed"),
     "mcp": ("mcp",),
     "review": ("starlette", "uvicorn", "jinja2", "markdown_it", "python_multipart"),
+    "serve": ("mcp", "uvicorn", "starlette", "prometheus_client"),
     "postgres": ("psycopg",),
     "otel": ("opentelemetry",),
     "watch": ("watchfiles",),

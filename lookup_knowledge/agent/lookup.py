@@ -310,11 +310,20 @@ def checked_answer(
     (one line for the agent: every entry point reports it as its tool error)."""
     try:
         arguments = VerifyArguments(answer=answer, check_uncited=check_uncited)
-        return agent.verify_answer(
-            arguments.answer, session_id, check_uncited=arguments.check_uncited, principals=principals
-        )
     except ValidationError as exc:
         return invalid_arguments(exc)
+    return verified_or_why(
+        lambda: agent.verify_answer(
+            arguments.answer, session_id, check_uncited=arguments.check_uncited, principals=principals
+        )
+    )
+
+
+def verified_or_why(verify: Callable[[], AnswerVerdict]) -> AnswerVerdict | str:
+    """What ``verify()`` gives, or why it gave nothing (an answer too long, no invocation record),
+    in one line for the agent: every entry point reports it as its tool error."""
+    try:
+        return verify()
     except AnswerTooLongError as exc:
         return f"Invalid answer: {exc}"
     except RecorderUnavailableError as exc:

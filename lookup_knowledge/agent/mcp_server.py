@@ -41,7 +41,7 @@ from mcp.types import (
 )
 from pydantic import BaseModel, ValidationError
 
-from lookup_knowledge.agent.lookup import AgentLookup, checked_answer, new_session_id
+from lookup_knowledge.agent.lookup import AgentLookup, new_session_id, verified_or_why
 from lookup_knowledge.agent.tool_definition import (
     TOOL_DESCRIPTION,
     TOOL_NAME,
@@ -75,29 +75,54 @@ def build_server(
     session = session_id or new_session_id("mcp")
 
     def lookup_knowledge(query: str) -> Annotated[CallToolResult, LookupResult]:
-        result = agent.call(query, session, principals=principals)
-        payload = result.model_dump(by_alias=True, mode="json")
-        return CallToolResult(
-            content=[TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
-            structured_content=payload,
-            is_error=result.evidence_status == "invalid_input",
-        )
+        return lookup_tool_result(agent.call(query, session, principals=principals))
 
     def verify_answer(answer: str, check_uncited: bool = False) -> Annotated[CallToolResult, AnswerVerdict]:
-        verdict = checked_answer(agent, session, answer, check_uncited, principals)
-        if isinstance(verdict, str):  # why it could not be checked: say so, serve on
-            return CallToolResult(content=[TextContent(type="text", text=verdict)], is_error=True)
-        payload = verdict.model_dump(by_alias=True, mode="json")
-        return CallToolResult(
-            content=[TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
-            structured_content=payload,
+        return verify_tool_result(
+            lambda: agent.verify_answer(answer, session, check_uncited=check_uncited, principals=principals)
         )
 
+    return tool_server(lookup_knowledge, verify_answer)
+
+
+def tool_server(lookup_knowledge: Callable[..., Any], verify_answer: Callable[..., Any]) -> MCPServer:
+    """The MCP server of the two tools, run by these functions (sync or async; a parameter typed
+    ``Context`` gets the call's MCP context): what ``mcp`` serves over stdio and ``serve`` over
+    streamable HTTP, with the same names, descriptions, schemas and instructions."""
     tools = [
         _defined_tool(lookup_knowledge, TOOL_NAME, TOOL_DESCRIPTION, LookupArguments),
         _defined_tool(verify_answer, VERIFY_TOOL_NAME, VERIFY_DESCRIPTION, VerifyArguments),
     ]
     return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=version("lookup-knowledge"), tools=tools)
+
+
+def lookup_tool_result(result: LookupResult) -> CallToolResult:
+    """A lookup's contract JSON as the tool's result: structured and as text; a tool error
+    (``isError``) when the query was refused (``invalid_input``)."""
+    payload = result.model_dump(by_alias=True, mode="json")
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
+        structured_content=payload,
+        is_error=result.evidence_status == "invalid_input",
+    )
+
+
+def verify_tool_result(verify: Callable[[], AnswerVerdict]) -> CallToolResult:
+    """The verdict ``verify()`` gives as the tool's result, or a tool error saying why there is none
+    (an answer too long, no invocation record): the server serves on."""
+    verdict = verified_or_why(verify)
+    if isinstance(verdict, str):
+        return tool_error(verdict)
+    payload = verdict.model_dump(by_alias=True, mode="json")
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
+        structured_content=payload,
+    )
+
+
+def tool_error(message: str) -> CallToolResult:
+    """A tool error result the agent reads (``isError``), carrying ``message`` as text."""
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
 def _defined_tool(fn: Callable[..., Any], name: str, description: str, arguments: type[BaseModel]) -> Tool:

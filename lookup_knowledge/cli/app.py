@@ -594,6 +594,78 @@ def mcp_command(
         fail(str(exc), code=1)
 
 
+@app.command("serve", cls=Command)
+def serve_command(
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on (default: serve.host).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default: serve.port).")] = None,
+    allow_unauthenticated: Annotated[
+        bool, typer.Option(help="Listen on a non-loopback address without serve.tokens.")
+    ] = False,
+    evals: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--evals", metavar="DIR", help="An eval output folder for the review pages (repeatable)."
+        ),
+    ] = None,
+) -> None:
+    """Serve many agents over HTTP: MCP (streamable HTTP) at /mcp and a JSON API at /v1.
+
+    One process owns the store and the model. Each bearer token in serve.tokens is made its
+    principals' caller; without tokens every call is access.principals' and only loopback is served.
+    SIGTERM lets the calls in flight finish, then closes the store.
+    """
+    from lookup_knowledge.adapters.errors import StoreError
+    from lookup_knowledge.extras import MissingExtraError, require
+
+    try:
+        require("serve", "lookup-knowledge serve")
+    except MissingExtraError as exc:
+        fail(str(exc))
+    from lookup_knowledge.serve.app import serve_http  # the web stack loads only for this command
+
+    settings = _config(config, overrides)
+    try:
+        serve_http(
+            settings,
+            host or settings.serve.host,
+            settings.serve.port if port is None else port,
+            allow_unauthenticated=allow_unauthenticated,
+            eval_dirs=evals or [],
+            on_start=lambda line: typer.echo(line, err=True),
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    except StoreError as exc:
+        fail(str(exc), code=1)
+
+
+@app.command("token", cls=Command)
+def token_command(
+    name: Annotated[str, typer.Argument(help="The token's name (logged; e.g. the team or agent).")],
+    principals: Annotated[
+        list[str],
+        typer.Option("--principal", "-p", metavar="NAME", help="A principal of its calls (repeatable)."),
+    ],
+) -> None:
+    """Make a bearer token for serve: prints the token (give it to the client) and the
+    serve.tokens entry to add to the config (its hash: the token itself is kept nowhere)."""
+    import yaml
+
+    from lookup_knowledge.config import TokenConfig
+    from lookup_knowledge.serve.tokens import new_token
+
+    token, entry = new_token(name, principals)
+    try:
+        TokenConfig(**entry)
+    except ValueError as exc:
+        fail(f"not a valid token entry: {exc}")
+    typer.echo(f"token: {token}")
+    typer.echo("serve.tokens entry:")
+    typer.echo(yaml.safe_dump([entry], sort_keys=False).rstrip())
+
+
 @app.command("review", cls=Command)
 def review_command(
     config: ConfigOption = None,
