@@ -19,12 +19,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 
 logger = logging.getLogger(__name__)
 _KANA = re.compile("[\u3040-\u30ff]")
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]")
+_CJK_PART = re.compile("([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]+)")
+_WORD = re.compile(r"[^\W_]+")
 _WORDY = re.compile(r"[^\W_]")  # a letter, digit or CJK character: punctuation and spaces are no word
 _KANA_END = re.compile("[\u3040-\u309f]+$")  # a verb's hiragana ending (作る -> 作, 並べる -> 並べ)
 
@@ -116,12 +118,22 @@ def cjk_words(text: str) -> tuple[str, ...] | None:
     language = language_of(text)
     if language is None:
         return None
+    segment = _chinese_words if language == "zh" else _japanese_words
     try:
-        words = _chinese_words(text) if language == "zh" else _japanese_words(text)
+        words = [word for part in _CJK_PART.split(text) for word in _words_of(part, segment)]
         return tuple(dict.fromkeys(words))
     except ImportError as missing:  # the cjk extra: the verdict reads character pairs instead
         _warn_once(str(missing))
         return None
+
+
+def _words_of(part: str, segment: Callable[[str], Iterator[str]]) -> Iterator[str]:
+    """A CJK run's words (``segment``), or the Latin-script words between runs (a name such as
+    ``7z`` or ``md5sum`` whole: a segmenter splits letters from digits), lowercased."""
+    if _CJK_PART.fullmatch(part):
+        yield from segment(part)
+    else:
+        yield from (word.lower() for word in _WORD.findall(part) if not word.isdigit())
 
 
 def _chinese_words(text: str) -> Iterator[str]:
