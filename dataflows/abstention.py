@@ -12,8 +12,8 @@ the best hits hold at least one of the query's informative words. Near the bar t
 query's information those words carry (the store's IDF) decides: a margin just short passes with
 much of it, one just above fails with almost none.
 
-Each step is a node: the store reads (``probe_null``, ``query_term_idf``) are the only nodes
-that take the search port; the rest read what they return. The trace also shows where the top
+Each step is a node: the store reads (``probe_null``, ``query_term_idf``, ``word_idf``) are the
+only nodes that take the search port; the rest read what they return. The trace also shows where the top
 block (the first returned) lies in the dense and the BM25 search, and how much of the query it
 holds: the relevance level reads them (both searches ranking it first is what, measured, tells a
 relevant top block from a wrong one).
@@ -326,6 +326,17 @@ def word_idf(
     )
 
 
+def _word_weights(
+    query_words: dict[str, tuple[int, ...]], word_idf: TermIdf | None
+) -> tuple[dict[str, float], float | None]:
+    """Each word's IDF (its rarest token's; 1 each when the store cannot tell), and that of a
+    term no chunk holds."""
+    if word_idf is None or not word_idf.by_token:
+        return dict.fromkeys(query_words, 1.0), None
+    idf = word_idf.by_token
+    return {w: max(idf.get(t, 0.0) for t in tokens) for w, tokens in query_words.items()}, word_idf.unheld
+
+
 def word_share(
     evidence_hits: list[SearchHit],
     query_words: dict[str, tuple[int, ...]],
@@ -338,21 +349,17 @@ def word_share(
     near a page's topic ("限制 docker 容器的内存") finds its words spread over several."""
     if not query_words:
         return None
-    idf, unheld = (word_idf.by_token, word_idf.unheld) if word_idf else ({}, None)
-    weight = {
-        word: max(idf.get(t, 0.0) for t in tokens) if idf else 1.0 for word, tokens in query_words.items()
-    }
+    weight, unheld = _word_weights(query_words, word_idf)
     total = sum(weight.values()) or 1.0
-    held: tuple[str, ...] = ()
-    for hit in evidence_hits[: abstention_policy.coverage_hits]:
-        written = hit.written_terms(tuple(query_words))
-        if sum(weight[w] for w in written) > sum(weight[w] for w in held):
-            held = written
-    absent = [w for w in query_words if unheld is not None and idf and weight[w] >= unheld * _SAME]
+    holdings = (
+        hit.written_terms(tuple(query_words)) for hit in evidence_hits[: abstention_policy.coverage_hits]
+    )
+    held = max(holdings, key=lambda words: sum(weight[w] for w in words), default=())
+    absent = [w for w in query_words if unheld is not None and weight[w] >= unheld * _SAME]
     return WordShare(
         held_words=held,
         held=sum(weight[w] for w in held) / total,
-        unheld=sum(weight[w] for w in absent) / total if unheld is not None and idf else None,
+        unheld=sum(weight[w] for w in absent) / total if unheld is not None else None,
         unheld_names=tuple(w for w in absent if w.isascii() and w.isalnum()),
     )
 
@@ -450,22 +457,16 @@ def term_readings(
 ) -> TermReadings:
     """The query's terms, those the best hits hold, and the shares the verdict read (a CJK
     query: its words, those the best hit holds, and their shares)."""
+    terms, matched, share = list(query_terms), list(matched_terms), informative_share
     if word_share is not None:
-        return TermReadings(
-            query_terms=list(query_words),
-            matched_terms=list(word_share.held_words),
-            lexical_coverage=lexical_coverage,
-            top_hit_coverage=top_hit_coverage,
-            informative_coverage=word_share.held,
-            unheld_share=word_share.unheld,
-        )
+        terms, matched, share = list(query_words), list(word_share.held_words), word_share
     return TermReadings(
-        query_terms=list(query_terms),
-        matched_terms=list(matched_terms),
+        query_terms=terms,
+        matched_terms=matched,
         lexical_coverage=lexical_coverage,
         top_hit_coverage=top_hit_coverage,
-        informative_coverage=informative_share.held if informative_share else None,
-        unheld_share=informative_share.unheld if informative_share else None,
+        informative_coverage=share.held if share else None,
+        unheld_share=share.unheld if share else None,
     )
 
 
