@@ -340,20 +340,20 @@ def _word_weights(
 def word_share(
     evidence_hits: list[SearchHit],
     query_words: dict[str, tuple[int, ...]],
+    query_script: Script,
     word_idf: TermIdf | None,
     abstention_policy: AbstentionPolicy,
 ) -> WordShare | None:
     """Of the best hits (``coverage_hits``), the one holding (as written) most of a CJK query's
-    information: each word weighs its rarest token's IDF (all alike when the store cannot
-    tell); ``None`` for an alphabetic query. One hit, not the best hits together: a question
-    near a page's topic ("限制 docker 容器的内存") finds its words spread over several."""
-    if not query_words:
+    words' IDF (:func:`_word_weights`; no words: none held); ``None`` for an alphabetic query.
+    One hit: a question near a page's topic ("限制 docker 容器的内存") has its words on several."""
+    if query_script != "cjk":
         return None
     weight, unheld = _word_weights(query_words, word_idf)
     total = sum(weight.values()) or 1.0
-    holdings = (
+    holdings = [
         hit.written_terms(tuple(query_words)) for hit in evidence_hits[: abstention_policy.coverage_hits]
-    )
+    ]
     held = max(holdings, key=lambda words: sum(weight[w] for w in words), default=())
     absent = [w for w in query_words if unheld is not None and weight[w] >= unheld * _SAME]
     return WordShare(
