@@ -167,3 +167,6 @@ def test_a_chinese_question_the_pages_do_not_answer_is_not_found(
 
 def test_chinese_chitchat_is_not_found(cjk_tool: KnowledgeTool) -> None:
     assert not cjk_tool.lookup("你好，谢谢你！").found
+    result = cjk_tool.lookup("你是谁？")  # no content word: nothing to hold
+    assert not result.found
+    assert result.retrieval_trace.evidence_verdict.reason == "no_shared_terms"
