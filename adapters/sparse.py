@@ -155,6 +155,16 @@ class Bm25Encoder:
         return matched
 
 
+def word_tokens(word: str) -> tuple[int, ...]:
+    """The BM25 tokens that index a word (lowercase): a CJK word's character pairs (one
+    character: itself), another word's terms (its stem); empty for a stop word. A chunk holds
+    the word where it holds all of them, and the word is as rare as the rarest."""
+    terms = bm25_encoder().query_terms(word)
+    if _CJK_RUN.fullmatch(word) and len(word) > 1:
+        terms = {term: token for term, token in terms.items() if len(term) == 2}
+    return tuple(terms.values())
+
+
 @lru_cache(maxsize=WORDS_KEPT)
 def _term_shape(term: str) -> tuple[bool, tuple[str, ...]]:
     """Whether a query term is a CJK run, and its words (an identifier's parts): read for every

@@ -12,8 +12,8 @@ the best hits hold at least one of the query's informative words. Near the bar t
 query's information those words carry (the store's IDF) decides: a margin just short passes with
 much of it, one just above fails with almost none.
 
-Each step is a node: the store reads (``probe_null``, ``query_term_idf``) are the only nodes
-that take the search port; the rest read what they return. The trace also shows where the top
+Each step is a node: the store reads (``probe_null``, ``query_term_idf``, ``word_idf``) are the
+only nodes that take the search port; the rest read what they return. The trace also shows where the top
 block (the first returned) lies in the dense and the BM25 search, and how much of the query it
 holds: the relevance level reads them (both searches ranking it first is what, measured, tells a
 relevant top block from a wrong one).
@@ -50,7 +50,11 @@ class AbstentionPolicy:
     strictness: float = 1.5
     own_questions: bool = True  # the bar rises to the margin 95% of the store's own-text questions reach
     coverage_hits: int = 3  # the best hits whose matched terms count toward the query's coverage
-    cjk_coverage: float = 0.3  # a CJK query's share of terms its best hits must hold (the sample KB alone)
+    # a CJK query's words (docs/cjk.md): the share of their information (IDF) one of the best hits
+    # must hold (chosen on the dev half of benchmarks/sets/cjk-*), and whether a Latin-script name
+    # no chunk holds ("kubectl" of "怎么用 kubectl 查看日志") refuses it
+    cjk_informative: float = 0.4
+    cjk_unheld_names: bool = True
     # (share of the query's IDF weight the best hits hold, by how much in margin units it lowers the bar)
     informative_reliefs: tuple[tuple[float, float], ...] = ((0.4, 0.5), (0.9, 1.0))
     informative_floor: float = 0.1  # the share the best hits must hold under twice the bar
@@ -84,6 +88,16 @@ class AbstentionPolicy:
             (margin < bar + band) & (informative < share)
         )
 
+    def cjk_reason(self, words: WordShare) -> VerdictReason:
+        """The verdict on a CJK query's words: none held, ``no_shared_terms``; a Latin-script
+        name no chunk holds (:attr:`cjk_unheld_names`), ``unheld_terms``; one best hit holding
+        under :attr:`cjk_informative` of their information, ``uninformative_terms``."""
+        if not words.held_words:
+            return "no_shared_terms"
+        if self.cjk_unheld_names and words.unheld_names:
+            return "unheld_terms"
+        return "plausible" if words.held >= self.cjk_informative else "uninformative_terms"
+
     def unheld_subject(self, margin: float, unheld: float | None, bar: float) -> bool:
         """Whether words no chunk holds carry what the question turns on ("maternity" of "What is
         the maternity leave policy?"): :attr:`unheld_share` of it, the margin under twice the bar."""
@@ -106,6 +120,18 @@ class InformativeShare:
 
     held: float
     unheld: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class WordShare:
+    """What the best hit for a CJK query's words holds: their words (``held_words``) and share of
+    the words' information (``held``); the share in words no chunk holds (``unheld``; ``None``:
+    the store cannot tell) and those of them written in Latin script (``unheld_names``)."""
+
+    held_words: tuple[str, ...]
+    held: float
+    unheld: float | None
+    unheld_names: tuple[str, ...] = ()
 
 
 @config.when(l1_enabled=True)
@@ -223,7 +249,7 @@ def named_evidence(
 def margin_reason(
     named_evidence: VerdictReason | None,
     lexical_coverage: float | None,
-    query_script: Script,
+    word_share: WordShare | None,
     evidence_margin: float | None,
     evidence_bar: float,
     abstention_policy: AbstentionPolicy,
@@ -232,13 +258,13 @@ def margin_reason(
     itself; otherwise the best hits must hold one of the query's terms (an off-topic question
     often shares none), and the margin must reach the bar (no null: the evidence floors alone
     decide). A CJK query is read by its words alone (MiniLM embeds CJK as a few rare tokens: the
-    dense null tells nothing): its best hits must hold ``cjk_coverage`` of its terms."""
+    dense null tells nothing): :meth:`AbstentionPolicy.cjk_reason` of ``word_share``."""
     if named_evidence is not None:
         return named_evidence
+    if word_share is not None:
+        return abstention_policy.cjk_reason(word_share)
     if lexical_coverage is not None and lexical_coverage == 0.0:
         return "no_shared_terms"
-    if lexical_coverage is not None and query_script == "cjk":
-        return "plausible" if lexical_coverage >= abstention_policy.cjk_coverage else "no_shared_terms"
     if evidence_margin is not None and evidence_margin < evidence_bar:
         return "below_probe_null"
     return "plausible"
@@ -284,6 +310,58 @@ def query_term_idf(
         return TermIdf(idf, store_calibration.unheld_term_idf(search_port) if idf else None)
     except Exception:  # the store failed after the search: the margin alone decides
         return None
+
+
+def word_idf(
+    query_words: dict[str, tuple[int, ...]],
+    search_port: KnowledgeSearchPort,
+    access_scope: tuple | None = None,
+    store_calibration: ProbeCalibration | None = None,
+) -> TermIdf | None:
+    """The store's IDF of a CJK query's words' tokens (:func:`query_term_idf`'s reading), and of
+    a term no chunk holds; ``None`` for an alphabetic query, or when the store fails."""
+    ids = list(dict.fromkeys(token for tokens in query_words.values() for token in tokens))
+    return query_term_idf(
+        bool(ids), {str(token): token for token in ids}, search_port, access_scope, store_calibration
+    )
+
+
+def _word_weights(
+    query_words: dict[str, tuple[int, ...]], word_idf: TermIdf | None
+) -> tuple[dict[str, float], float | None]:
+    """Each word's IDF (its rarest token's; 1 each when the store cannot tell), and that of a
+    term no chunk holds."""
+    if word_idf is None or not word_idf.by_token:
+        return dict.fromkeys(query_words, 1.0), None
+    idf = word_idf.by_token
+    return {w: max(idf.get(t, 0.0) for t in tokens) for w, tokens in query_words.items()}, word_idf.unheld
+
+
+def word_share(
+    evidence_hits: list[SearchHit],
+    query_words: dict[str, tuple[int, ...]],
+    query_script: Script,
+    word_idf: TermIdf | None,
+    abstention_policy: AbstentionPolicy,
+) -> WordShare | None:
+    """Of the best hits (``coverage_hits``), the one holding (as written) most of a CJK query's
+    words' IDF (:func:`_word_weights`; no words: none held); ``None`` for an alphabetic query.
+    One hit: a question near a page's topic ("限制 docker 容器的内存") has its words on several."""
+    if query_script != "cjk":
+        return None
+    weight, unheld = _word_weights(query_words, word_idf)
+    total = sum(weight.values()) or 1.0
+    holdings = [
+        hit.written_terms(tuple(query_words)) for hit in evidence_hits[: abstention_policy.coverage_hits]
+    ]
+    held = max(holdings, key=lambda words: sum(weight[w] for w in words), default=())
+    absent = [w for w in query_words if unheld is not None and weight[w] >= unheld * _SAME]
+    return WordShare(
+        held_words=held,
+        held=sum(weight[w] for w in held) / total,
+        unheld=sum(weight[w] for w in absent) / total if unheld is not None else None,
+        unheld_names=tuple(w for w in absent if w.isascii() and w.isalnum()),
+    )
 
 
 def informative_share(
@@ -374,15 +452,21 @@ def term_readings(
     lexical_coverage: float | None,
     top_hit_coverage: float | None,
     informative_share: InformativeShare | None,
+    word_share: WordShare | None,
+    query_words: dict[str, tuple[int, ...]],
 ) -> TermReadings:
-    """The query's terms, those the best hits hold, and the shares the verdict read."""
+    """The query's terms, those the best hits hold, and the shares the verdict read (a CJK
+    query: its words, those the best hit holds, and their shares)."""
+    terms, matched, share = list(query_terms), list(matched_terms), informative_share
+    if word_share is not None:
+        terms, matched, share = list(query_words), list(word_share.held_words), word_share
     return TermReadings(
-        query_terms=list(query_terms),
-        matched_terms=list(matched_terms),
+        query_terms=terms,
+        matched_terms=matched,
         lexical_coverage=lexical_coverage,
         top_hit_coverage=top_hit_coverage,
-        informative_coverage=informative_share.held if informative_share else None,
-        unheld_share=informative_share.unheld if informative_share else None,
+        informative_coverage=share.held if share else None,
+        unheld_share=share.unheld if share else None,
     )
 
 

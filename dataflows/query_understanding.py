@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 from hamilton.function_modifiers import config
 
+from lookup_knowledge.adapters.cjk_words import cjk_words
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
-from lookup_knowledge.adapters.sparse import SparseVector, bm25_encoder
+from lookup_knowledge.adapters.sparse import SparseVector, bm25_encoder, word_tokens
 from lookup_knowledge.calibration import Script, script_of
 from lookup_knowledge.contract import L0Hints
 
@@ -30,6 +31,18 @@ def query_terms(query: str) -> dict[str, int]:
     """The query's informative words (its BM25 terms, stop words removed; CJK as characters and
     pairs), each with its BM25 token id, longest first: computed once for every reader."""
     return bm25_encoder().query_terms(query)
+
+
+def query_words(query: str, query_script: Script, query_terms: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """A CJK query's words as the verdict reads them (:func:`cjk_words`: a segmenter's content
+    words; without one, its BM25 terms), each with the BM25 tokens that index it; empty for an
+    alphabetic query (its ``query_terms`` are its words)."""
+    if query_script != "cjk":
+        return {}
+    words = cjk_words(query)
+    if words is None:
+        return {term: (token,) for term, token in query_terms.items()}
+    return {word: tokens for word in words if (tokens := word_tokens(word))}
 
 
 def query_script(query: str) -> Script:

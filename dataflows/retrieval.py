@@ -30,6 +30,7 @@ from lookup_knowledge.adapters.search import (
     identity_key,
 )
 from lookup_knowledge.adapters.sparse import SparseVector, distinctive
+from lookup_knowledge.calibration import script_of
 from lookup_knowledge.contract import (
     AttemptKind,
     DecisionRule,
@@ -159,10 +160,13 @@ def search_request__hybrid(
     )
 
 
-def _is_usable(hit: SearchHit, min_evidence_score: float) -> bool:
+def _is_usable(hit: SearchHit, min_evidence_score: float, cjk: bool = False) -> bool:
     """Evidence: a hit with text whose dense score reaches ``min_evidence_score``, or that holds
-    one of the query's codes exactly (sparse, hybrid: an error code the model blurs)."""
-    return (hit.normalized_score >= min_evidence_score or bool(hit.exact_codes)) and bool(hit.content.strip())
+    one of the query's codes exactly (sparse, hybrid: an error code the model blurs), or (a CJK
+    query, ``cjk``) that the BM25 search ranked: MiniLM embeds CJK text as a few rare tokens, so
+    its cosine says nothing of a Chinese or Japanese page (``docs/cjk.md``)."""
+    lexical = bool(hit.exact_codes) or (cjk and hit.sparse_rank is not None)
+    return (hit.normalized_score >= min_evidence_score or lexical) and bool(hit.content.strip())
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +181,8 @@ def _attempt(request: SearchRequest, answer: SearchAnswer, min_evidence_score: f
     kind: AttemptKind = "filtered" if request.category is not None else "unfiltered"
     if answer.hits is None:
         return SearchAttempt(kind, request.category, request.top_k, error=answer.error)
-    usable = [hit for hit in answer.hits if _is_usable(hit, min_evidence_score)]
+    cjk = script_of(request.query_text) == "cjk"
+    usable = [hit for hit in answer.hits if _is_usable(hit, min_evidence_score, cjk)]
     return SearchAttempt(kind, request.category, request.top_k, answer.hits, usable)
 
 

@@ -35,6 +35,7 @@ from lookup_knowledge.probes import PROBE_QUERIES
 
 logger = logging.getLogger(__name__)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_OTHER_WORD = re.compile(r"[^\W\d_]+")  # a run of letters (CJK ones taken out first)
 Script = Literal["cjk", "alphabetic"]
 MIN_SPREAD = 0.01  # a null whose probes all score alike still gives a finite margin
 OWN_SAMPLE = 900  # chunks read to make questions from the store's own text (one per document) ...
@@ -47,11 +48,11 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 @lru_cache(maxsize=4096)  # a lookup reads its query's script twice (its null, its verdict)
 def script_of(text: str) -> Script:
-    """``cjk`` when most of the text's letters are CJK, else ``alphabetic``: the model scores
-    the two differently (MiniLM reads CJK text as a few rare tokens), so each has its own null."""
-    letters = [c for c in text if c.isalpha()]
-    cjk = sum(1 for c in letters if _CJK.match(c))
-    return "cjk" if letters and cjk * 2 >= len(letters) else "alphabetic"
+    """``cjk`` when the text's CJK characters outnumber its other words (a
+    Chinese question naming ``kubectl`` is Chinese), else ``alphabetic``: the model scores the
+    two differently (MiniLM reads CJK text as a few rare tokens), so each has its own null."""
+    cjk = len(_CJK.findall(text))
+    return "cjk" if cjk > len(_OTHER_WORD.findall(_CJK.sub(" ", text))) else "alphabetic"
 
 
 @dataclass(frozen=True, slots=True)

@@ -177,6 +177,7 @@ STORE_READS = {
     "unfiltered_hits",
     "probe_null",
     "query_term_idf",
+    "word_idf",  # a CJK query's words' IDF
 }  # the nodes that ask the store
 
 
