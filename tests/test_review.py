@@ -242,10 +242,11 @@ def browser(site: Site) -> Iterator[object]:
 
 
 @pytest.fixture(scope="module")
-def screenshots(request: pytest.FixtureRequest) -> Path:
+def screenshots(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the screenshots go: pytest's cache (``.pytest_cache/d/review-screenshots``), kept
-    after the run and never committed."""
-    return request.config.cache.mkdir("review-screenshots")
+    after the run and never committed; a temporary folder when the cache plugin is off."""
+    cache = getattr(request.config, "cache", None)
+    return cache.mkdir("review-screenshots") if cache else tmp_path_factory.mktemp("review-screenshots")
 
 
 def _sign_in(browser, site: Site, token: str) -> None:  # noqa: ANN001

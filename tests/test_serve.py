@@ -427,7 +427,8 @@ def test_limits_and_unknown_routes_answer_in_json(served: Served) -> None:
     too_long = httpx.post(f"{url}/v1/verify", json=long_answer, headers=headers)
     assert (too_long.status_code, too_long.json()["error"]) == (422, "answer_too_long")
     assert httpx.get(f"{url}/v1/lookup", headers=headers).json()["error"] == "method_not_allowed"
-    assert httpx.get(f"{url}/no/such/route").json()["error"] == "not_found"
+    assert httpx.get(f"{url}/v1/no/such/route", headers=headers).json()["error"] == "not_found"
+    assert httpx.get(f"{url}/no/such/route", headers=headers).status_code == 404  # a review page's 404
     assert httpx.get(f"{url}/healthz").status_code == 200  # and the server serves on
 
 

@@ -265,8 +265,10 @@ def build_app(
 
     api = [
         Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
-        Route("/v1/lookup", lookup, methods=["POST"]),
-        Route("/v1/verify", verify, methods=["POST"]),
+        Mount(  # its own router: an unknown /v1 path or method is the API's JSON 404/405, not a page's
+            "/v1",
+            routes=[Route("/lookup", lookup, methods=["POST"]), Route("/verify", verify, methods=["POST"])],
+        ),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
