@@ -142,9 +142,11 @@ def search_request__hybrid(
     retrieve_k: int,
     hybrid_fusion: HybridFusion,
     access_scope: tuple | None = None,
+    multilingual_query_vector: np.ndarray | None = None,
 ) -> SearchRequest:
     """Hybrid search: a dense and a sparse prefetch fused inside the store, ``retrieve_k`` wide,
-    both prefetches under the caller's access filter, each hit naming the query's terms it holds."""
+    every prefetch under the caller's access filter, each hit naming the query's terms it holds;
+    with the query's multilingual vector, a third prefetch on the chunks' multilingual vectors."""
     return SearchRequest(
         query,
         query_vector,
@@ -156,13 +158,16 @@ def search_request__hybrid(
         access=access_scope,
         few_matches_fusion=hybrid_fusion.few_matches,
         query_terms=query_terms,
+        multilingual_vector=multilingual_query_vector,
     )
 
 
 def _is_usable(hit: SearchHit, min_evidence_score: float) -> bool:
-    """Evidence: a hit with text whose dense score reaches ``min_evidence_score``, or that holds
-    one of the query's codes exactly (sparse, hybrid: an error code the model blurs)."""
-    return (hit.normalized_score >= min_evidence_score or bool(hit.exact_codes)) and bool(hit.content.strip())
+    """Evidence: a hit with text whose dense score (or multilingual cosine, a question in another
+    language than the chunk's) reaches ``min_evidence_score``, or that holds one of the query's
+    codes exactly (sparse, hybrid: an error code the model blurs)."""
+    score = max(hit.normalized_score, hit.multilingual_score or 0.0)
+    return (score >= min_evidence_score or bool(hit.exact_codes)) and bool(hit.content.strip())
 
 
 @dataclass(frozen=True, slots=True)
