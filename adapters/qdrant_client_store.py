@@ -139,6 +139,11 @@ class QdrantClientStore(QdrantStore):
                     self._client.create_payload_index(
                         self.collection, field, field_schema=models.PayloadSchemaType.KEYWORD
                     )
+            self._multilingual = self.multilingual_dimension is not None
+
+    @property
+    def multilingual_vectors(self) -> bool:
+        return self._multilingual
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:

@@ -201,17 +201,24 @@ def measure(tool: KnowledgeTool, base: dict, overrides: dict, queries: pd.DataFr
     rows = {}
     for lang, group in queries.groupby("lang"):
         ids = list(group["query_id"])
-        right = ranked.loc[ids, "mrr@10"] == 1.0
-        tops = [multilingual_top(results.loc[q, "result_json"]) for q in right[right].index]
         rows[lang] = {
             "queries": len(ids),
             "mrr@10": float(per_query.loc[ids, "mrr@10"].mean()),
             "recall@5": float(per_query.loc[ids, "recall@5"].mean()),
             "found": float(results.loc[ids, "found"].mean()),
             "ranking_mrr@10": float(ranked.loc[ids, "mrr@10"].mean()),
-            "right_first_multilingual_tops": [t for t in tops if t is not None],
+            # per question: the ranking's reciprocal rank, the verdict's reason and multilingual_top
+            # (to read what another multilingual_bar would have found)
+            "per_question": [
+                [float(ranked.loc[q, "mrr@10"]), *_verdict(results.loc[q, "result_json"])] for q in ids
+            ],
         }
     return rows
+
+
+def _verdict(result_json: str) -> tuple[str | None, float | None]:
+    verdict = (json.loads(result_json).get("retrievalTrace") or {}).get("evidenceVerdict") or {}
+    return verdict.get("reason"), verdict.get("multilingualTop")
 
 
 def off_topic(tool: KnowledgeTool, base: dict, overrides: dict) -> dict:

@@ -58,7 +58,7 @@ class AbstentionPolicy:
     unheld_share: float = 0.5  # the information in words no chunk holds that refuses under 2x the bar
     # the multilingual cosine a question's best hit needs when that question is not in English and
     # the dense and word readings refused it (docs/multilingual.md: tldr and off-topic questions)
-    multilingual_bar: float = 0.5
+    multilingual_bar: float = 0.35
 
     def bar(self, probe_null: ProbeNull) -> float:
         """The margin a lookup needs on this store: ``strictness``, raised (``own_questions``) to

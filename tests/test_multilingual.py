@@ -18,7 +18,7 @@ from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import SearchRequest, StoredChunk
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.dataflows.abstention import AbstentionPolicy, multilingual_reason
-from lookup_knowledge.extras import MissingExtraError
+from lookup_knowledge.extras import EXTRAS, MissingExtraError
 from lookup_knowledge.stores import build_multilingual_embedder
 
 PAGES = {
@@ -117,7 +117,8 @@ def test_with_the_leg_off_the_same_question_searches_as_before(store: Path, embe
 
 
 def test_an_english_question_is_answered_as_without_the_leg(store: Path, embedder) -> None:
-    with _tool(store, embedder) as auto, _tool(store, embedder, multilingual__search="off") as off:
+    with _tool(store, embedder) as auto:
+        off = auto.variant(make_config(store, multilingual__search="off"))
         with_leg, without = auto.lookup(ENGLISH), off.lookup(ENGLISH)
     assert with_leg.found and with_leg.evidence_blocks[0].doc_id == "df"
     assert with_leg.retrieval_trace.evidence_verdict.multilingual_top is None
@@ -136,8 +137,10 @@ def test_always_searches_the_leg_for_english_questions_too(store: Path, embedder
 
 def test_a_store_made_without_multilingual_vectors_still_answers(old_store: Path, embedder) -> None:
     question, _ = QUESTIONS["de"]
+    opened = QdrantEdgeStore(old_store / "knowledge", create=False)
+    assert not opened.multilingual_vectors
+    opened.close()
     with _tool(old_store, embedder) as tool:
-        assert not tool.search_port.multilingual_vectors
         result = tool.lookup(question)
         english = tool.lookup(ENGLISH)
     assert result.evidence_status != "retrieval_failed"
@@ -197,9 +200,7 @@ def test_the_multilingual_reason_passes_only_refused_questions_above_the_bar() -
 
 
 def test_search_on_needs_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        "lookup_knowledge.stores.multilingual_installed", lambda: False
-    )  # the fault: no extra
+    monkeypatch.setitem(EXTRAS, "multilingual", ("no_such_encoder_module",))  # the fault: no extra
     assert build_multilingual_embedder(make_config(tmp_path)) is None  # auto: without it, off
     with pytest.raises(MissingExtraError, match="lookup-knowledge\\[multilingual\\]"):
         build_multilingual_embedder(make_config(tmp_path, multilingual__vectors="on"))
