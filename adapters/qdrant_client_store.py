@@ -36,6 +36,7 @@ from .qdrant_store import (
     dense_vector,
     float_list,
     found_hits,
+    fused_legs,
     missing_points,
     multilingual_searchable,
     stored_cosines,
@@ -334,7 +335,10 @@ def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
     if request.multilingual_vector is not None:
         legs.append((float_list(request.multilingual_vector), MULTILINGUAL_VECTOR))
     fused = models.QueryRequest(
-        prefetch=[models.Prefetch(query=q, using=name, filter=where, limit=width) for q, name in legs],
+        prefetch=[
+            models.Prefetch(query=q, using=name, filter=where, limit=width)
+            for q, name in fused_legs(request, legs)
+        ],
         query=fusion,
         limit=request.ranked_width,
         with_payload=payload,

@@ -35,6 +35,7 @@ from .qdrant_store import (
     dense_vector,
     float_list,
     found_hits,
+    fused_legs,
     missing_points,
     multilingual_searchable,
     reads_back,
@@ -149,14 +150,15 @@ class QdrantEdgeStore(QdrantStore):
 
     def _load(self, config: qe.EdgeConfig | None) -> qe.EdgeShard:
         """The existing shard; one made with or without multilingual vectors unlike ``config``
-        (an older store, or one made with them off) loads as it is."""
+        (an older store, or one made with them off or on) loads as it is."""
         try:
             return qe.EdgeShard.load(str(self.path), config)
         except Exception as exc:
+            mismatch = str(exc)
             if (
                 config is None
-                or "Incompatible configs" not in str(exc)
-                or self.multilingual_dimension is None
+                or "Incompatible configs" not in mismatch
+                or MULTILINGUAL_VECTOR not in mismatch
             ):
                 raise
         return qe.EdgeShard.load(str(self.path), None)
@@ -411,7 +413,9 @@ def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
         legs.append(qe.Query.Nearest(float_list(request.multilingual_vector), MULTILINGUAL_VECTOR))
     fused = qe.QueryRequest(
         limit=request.ranked_width,
-        prefetches=[qe.Prefetch(request.prefetch_width, query=leg, filter=where) for leg in legs],
+        prefetches=[
+            qe.Prefetch(request.prefetch_width, query=leg, filter=where) for leg in fused_legs(request, legs)
+        ],
         query=qe.Fusion.Rrf(k=RRF_K) if request.fusion == "rrf" else qe.Fusion.Dbsf(),
         with_payload=payload,
     )

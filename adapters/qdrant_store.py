@@ -378,11 +378,17 @@ def _lists(request: SearchRequest, results: Iterator[Iterable[Any]]) -> Search:
 
 
 def multilingual_searchable(request: SearchRequest, held: bool) -> SearchRequest:
-    """The request as a store searches it: without its ``multilingual_vector`` when the store
-    holds no multilingual vectors (``held``), or the search is not hybrid."""
+    """The request as a store searches it: without its ``multilingual_vector`` (and with its dense
+    prefetch) when the store holds no multilingual vectors (``held``), or the search is not hybrid."""
     if request.multilingual_vector is None or (held and request.mode == "hybrid"):
         return request
-    return replace(request, multilingual_vector=None)
+    return replace(request, multilingual_vector=None, dense_fused=True)
+
+
+def fused_legs(request: SearchRequest, legs: list[Any]) -> list[Any]:
+    """Of a hybrid request's legs (dense, sparse, multilingual: its companions' queries), those its
+    fused query prefetches: all but the dense one when ``dense_fused`` is off."""
+    return legs if request.dense_fused else legs[1:]
 
 
 def companion_count(request: SearchRequest) -> int:

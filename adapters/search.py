@@ -132,6 +132,9 @@ class SearchRequest:
     ``multilingual_query_vector``): a hybrid search fuses a third prefetch on the chunks'
     multilingual vectors, and its companion reports each hit's multilingual cosine and place. A
     store without those vectors (made before them, or with them off) searches without it.
+    ``dense_fused`` ``False`` (a question not in English) leaves the dense prefetch out of the
+    fusion: MiniLM's vector of such a question is noise (docs/multilingual.md); its dense
+    companion still reports each hit's cosine and place.
     """
 
     query_text: str
@@ -146,7 +149,8 @@ class SearchRequest:
     scores_only: bool = False
     few_matches_fusion: FusionMethod | None = None
     query_terms: Mapping[str, int] = field(default_factory=dict)
-    multilingual_vector: Sequence[float] | None = None  # hybrid: a third prefetch on the multilingual vector
+    multilingual_vector: Sequence[float] | None = None  # hybrid: a prefetch on the multilingual vectors
+    dense_fused: bool = True  # hybrid with multilingual_vector: whether the dense prefetch is fused too
 
     def __post_init__(self) -> None:
         if self.mode != "dense" and self.sparse_vector is None:

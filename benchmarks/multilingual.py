@@ -300,7 +300,7 @@ def costs(cache: Path, documents: int, lookups: int) -> dict[str, Any]:
     by_lang = {
         lang: [q["text"] for q in queries if q["lang"] == lang][:lookups] for lang in ("en", "de", "zh")
     }
-    config = load_config(overrides={"store.path": str(cache / "multilingual-tldr")})
+    config = load_config(overrides={"store.path": str(cache / "multilingual-tldr-2000")})
     tool = KnowledgeTool.from_config(config)
     latency: dict[str, dict[str, float]] = {}
     try:

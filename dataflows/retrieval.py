@@ -143,10 +143,12 @@ def search_request__hybrid(
     hybrid_fusion: HybridFusion,
     access_scope: tuple | None = None,
     multilingual_query_vector: np.ndarray | None = None,
+    query_language: str = "en",
 ) -> SearchRequest:
     """Hybrid search: a dense and a sparse prefetch fused inside the store, ``retrieve_k`` wide,
     every prefetch under the caller's access filter, each hit naming the query's terms it holds;
-    with the query's multilingual vector, a third prefetch on the chunks' multilingual vectors."""
+    with the query's multilingual vector, a prefetch on the chunks' multilingual vectors, which for
+    a question not in English replaces the dense one in the fusion (docs/multilingual.md)."""
     return SearchRequest(
         query,
         query_vector,
@@ -159,6 +161,7 @@ def search_request__hybrid(
         few_matches_fusion=hybrid_fusion.few_matches,
         query_terms=query_terms,
         multilingual_vector=multilingual_query_vector,
+        dense_fused=multilingual_query_vector is None or query_language == "en",
     )
 
 

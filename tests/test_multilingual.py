@@ -262,3 +262,14 @@ def test_an_edge_store_without_the_vectors_searches_without_the_leg(tmp_path: Pa
         assert [hit.doc_id for hit in hits][0] == "doc-0" and all(h.multilingual_rank is None for h in hits)
     finally:
         reopened.close()
+
+
+def test_an_edge_store_with_the_vectors_opens_for_a_writer_that_writes_none(tmp_path: Path) -> None:
+    QdrantEdgeStore(tmp_path / "s", 4, multilingual_dimension=3).close()
+    reopened = QdrantEdgeStore(tmp_path / "s", 4)  # an ingest with multilingual.vectors off
+    try:
+        assert reopened.multilingual_vectors
+        reopened.upsert([StoredChunk(c.vector, c.payload, c.sparse_vector) for c in _chunks()])
+        assert reopened.count() == 3
+    finally:
+        reopened.close()
