@@ -148,6 +148,13 @@ def test_a_store_made_without_multilingual_vectors_still_answers(old_store: Path
     assert english.found and english.evidence_blocks[0].doc_id == "df"
 
 
+def test_info_says_whether_the_store_has_multilingual_vectors(store: Path, old_store: Path, embedder) -> None:
+    from lookup_knowledge.cli.info import describe
+
+    assert describe(make_config(store))["store"]["multilingual_vectors"] is True
+    assert describe(make_config(old_store))["store"]["multilingual_vectors"] is False
+
+
 def test_ingest_into_an_old_store_says_it_writes_no_multilingual_vectors(
     tmp_path: Path, kb: Path, embedder, caplog: pytest.LogCaptureFixture
 ) -> None:
