@@ -28,6 +28,7 @@ from .errors import (
 from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
 from .qdrant_store import (
     DENSE_VECTOR,
+    MULTILINGUAL_VECTOR,
     RRF_K,
     SPARSE_VECTOR,
     QdrantStore,
@@ -35,7 +36,9 @@ from .qdrant_store import (
     dense_vector,
     float_list,
     found_hits,
+    fused_legs,
     missing_points,
+    multilingual_searchable,
     stored_cosines,
 )
 from .redaction import mask_secrets
@@ -72,9 +75,12 @@ class QdrantClientStore(QdrantStore):
         timeout_s: float | None = None,
         create: bool = True,
         layout: ClusterLayout = ClusterLayout(),
+        multilingual_dimension: int | None = None,
     ) -> None:
         self.collection = collection
         self.dimension = dimension
+        self.multilingual_dimension = multilingual_dimension
+        self._multilingual = False
         self.layout = layout
         self._where = mask_secrets(url or str(location))  # named in messages: credentials masked
         if url:  # every request, the connection included, is bounded by ``timeout_s``
@@ -107,14 +113,22 @@ class QdrantClientStore(QdrantStore):
                 params = self._client.get_collection(self.collection).config.params
                 if SPARSE_VECTOR not in (params.sparse_vectors or {}):
                     raise StoreOutdatedError(f"{self._where}, collection {self.collection!r}")
+                self._multilingual = (
+                    isinstance(params.vectors, dict) and MULTILINGUAL_VECTOR in params.vectors
+                )
                 return
             if not create or self.dimension is None:
                 raise StoreMissingError(f"no collection {self.collection!r} at {self._where}: ingest first")
+            vectors = {
+                DENSE_VECTOR: models.VectorParams(size=self.dimension, distance=models.Distance.COSINE)
+            }
+            if self.multilingual_dimension is not None:
+                vectors[MULTILINGUAL_VECTOR] = models.VectorParams(
+                    size=self.multilingual_dimension, distance=models.Distance.COSINE
+                )
             self._client.create_collection(
                 self.collection,
-                vectors_config={
-                    DENSE_VECTOR: models.VectorParams(size=self.dimension, distance=models.Distance.COSINE)
-                },
+                vectors_config=vectors,
                 sparse_vectors_config={
                     SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)
                 },
@@ -126,6 +140,11 @@ class QdrantClientStore(QdrantStore):
                     self._client.create_payload_index(
                         self.collection, field, field_schema=models.PayloadSchemaType.KEYWORD
                     )
+            self._multilingual = self.multilingual_dimension is not None
+
+    @property
+    def multilingual_vectors(self) -> bool:
+        return self._multilingual
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
@@ -145,6 +164,7 @@ class QdrantClientStore(QdrantStore):
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
         """Several searches in one round trip (a hybrid search brings its dense and sparse
         companions, which report each fused hit's places and BM25 score)."""
+        requests = [multilingual_searchable(request, self._multilingual) for request in requests]
         queries = [query for request in requests for query in engine_queries(request)]
         with self._errors("search" if len(requests) == 1 else "batch search"):
             responses = iter(self._client.query_batch_points(self.collection, requests=queries))
@@ -186,15 +206,17 @@ class QdrantClientStore(QdrantStore):
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         for start in range(0, len(chunks), _UPSERT_BATCH):
             points = [
-                models.PointStruct(
-                    id=c.point_id,
-                    vector={DENSE_VECTOR: float_list(c.vector), SPARSE_VECTOR: _sparse(c.sparse_vector)},
-                    payload=dict(c.payload),
-                )
+                models.PointStruct(id=c.point_id, vector=self._vectors(c), payload=dict(c.payload))
                 for c in chunks[start : start + _UPSERT_BATCH]
             ]
             with self._errors("upsert"):
                 self._client.upsert(self.collection, points=points)
+
+    def _vectors(self, chunk: StoredChunk) -> dict[str, Any]:
+        vectors = {DENSE_VECTOR: float_list(chunk.vector), SPARSE_VECTOR: _sparse(chunk.sparse_vector)}
+        if self._multilingual and chunk.multilingual_vector is not None:
+            vectors[MULTILINGUAL_VECTOR] = float_list(chunk.multilingual_vector)
+        return vectors
 
     def set_access(self, doc_id: str, access: Sequence[str]) -> None:
         where = models.Filter(
@@ -309,10 +331,13 @@ def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
         if request.fusion == "rrf"
         else models.FusionQuery(fusion=models.Fusion.DBSF)
     )
+    legs = [(dense, DENSE_VECTOR), (sparse, SPARSE_VECTOR)]
+    if request.multilingual_vector is not None:
+        legs.append((float_list(request.multilingual_vector), MULTILINGUAL_VECTOR))
     fused = models.QueryRequest(
         prefetch=[
-            models.Prefetch(query=dense, using=DENSE_VECTOR, filter=where, limit=width),
-            models.Prefetch(query=sparse, using=SPARSE_VECTOR, filter=where, limit=width),
+            models.Prefetch(query=q, using=name, filter=where, limit=width)
+            for q, name in fused_legs(request, legs)
         ],
         query=fusion,
         limit=request.ranked_width,
@@ -320,8 +345,7 @@ def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
         with_vector=vectors,
     )
     companions = [
-        models.QueryRequest(query=dense, using=DENSE_VECTOR, filter=where, limit=request.ranked_width),
-        models.QueryRequest(query=sparse, using=SPARSE_VECTOR, filter=where, limit=request.ranked_width),
+        models.QueryRequest(query=q, using=name, filter=where, limit=request.ranked_width) for q, name in legs
     ]
     return [fused, *companions]
 

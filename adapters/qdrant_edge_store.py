@@ -26,6 +26,7 @@ from .errors import (
 from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
 from .qdrant_store import (
     DENSE_VECTOR,
+    MULTILINGUAL_VECTOR,
     RRF_K,
     SPARSE_VECTOR,
     PointData,
@@ -34,7 +35,9 @@ from .qdrant_store import (
     dense_vector,
     float_list,
     found_hits,
+    fused_legs,
     missing_points,
+    multilingual_searchable,
     reads_back,
     stored_cosines,
 )
@@ -59,11 +62,21 @@ _SPACE_MARGIN = 16 * _MIB
 
 class QdrantEdgeStore(QdrantStore):
     """A persistent Qdrant Edge shard: a named dense vector and a named BM25 sparse vector (IDF
-    applied by the engine) per chunk, keyword payload indexes on the category, doc_id and access."""
+    applied by the engine) per chunk, and a multilingual vector when the store was created with
+    ``multilingual_dimension``; keyword payload indexes on the category, doc_id and access."""
 
-    def __init__(self, path: str | Path, dimension: int | None = None, *, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        dimension: int | None = None,
+        *,
+        create: bool = True,
+        multilingual_dimension: int | None = None,
+    ) -> None:
         self.path = Path(path)
         self.dimension = dimension
+        self.multilingual_dimension = multilingual_dimension
+        self._multilingual = False
         self._holder = holder_note(self.path)
         if not create and not _has_data(self.path):
             raise StoreMissingError(f"no knowledge store at {self.path}: ingest first")
@@ -118,19 +131,47 @@ class QdrantEdgeStore(QdrantStore):
                 "free some space and run it again"
             )
 
-    def _open(self, create: bool) -> qe.EdgeShard:
-        config = None
-        if self.dimension is not None:
-            config = qe.EdgeConfig(
-                vectors={DENSE_VECTOR: qe.EdgeVectorParams(self.dimension, qe.Distance.Cosine)},
-                sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+    @property
+    def multilingual_vectors(self) -> bool:
+        return self._multilingual
+
+    def _config(self) -> qe.EdgeConfig | None:
+        if self.dimension is None:
+            return None
+        vectors = {DENSE_VECTOR: qe.EdgeVectorParams(self.dimension, qe.Distance.Cosine)}
+        if self.multilingual_dimension is not None:
+            vectors[MULTILINGUAL_VECTOR] = qe.EdgeVectorParams(
+                self.multilingual_dimension, qe.Distance.Cosine
             )
+        return qe.EdgeConfig(
+            vectors=vectors,
+            sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        )
+
+    def _load(self, config: qe.EdgeConfig | None) -> qe.EdgeShard:
+        """The existing shard; one made with or without multilingual vectors unlike ``config``
+        (an older store, or one made with them off or on) loads as it is."""
+        try:
+            return qe.EdgeShard.load(str(self.path), config)
+        except Exception as exc:
+            mismatch = str(exc)
+            if (
+                config is None
+                or "Incompatible configs" not in mismatch
+                or MULTILINGUAL_VECTOR not in mismatch
+            ):
+                raise
+        return qe.EdgeShard.load(str(self.path), None)
+
+    def _open(self, create: bool) -> qe.EdgeShard:
+        config = self._config()
         try:
             if _has_data(self.path):
-                return self._checked(qe.EdgeShard.load(str(self.path), config))
+                return self._checked(self._load(config))
             if config is None:
                 raise ValueError("a new store needs the embedding dimension")
             shard = qe.EdgeShard.create(str(self.path), config)
+            self._multilingual = self.multilingual_dimension is not None
         except StoreUnavailableError:
             raise
         except Exception as exc:  # the engine raises plain exceptions (WouldBlock, config mismatch)
@@ -158,6 +199,7 @@ class QdrantEdgeStore(QdrantStore):
                 raise
             shard.close()
             raise StoreOutdatedError(str(self.path)) from None
+        self._multilingual = _holds_vector(shard, MULTILINGUAL_VECTOR)
         return shard
 
     def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
@@ -171,6 +213,7 @@ class QdrantEdgeStore(QdrantStore):
             return self._search_batch(requests)
 
     def _search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+        requests = [multilingual_searchable(request, self._multilingual) for request in requests]
         queries = [query for request in requests for query in engine_queries(request)]
         with backend_errors("search" if len(requests) == 1 else "batch search"):
             results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
@@ -214,15 +257,17 @@ class QdrantEdgeStore(QdrantStore):
         for start in range(0, len(chunks), _UPSERT_BATCH):
             self._ensure_space(len(chunks[start : start + _UPSERT_BATCH]) * _CHUNK_BYTES)
             points = [
-                qe.Point(
-                    chunk.point_id,
-                    {DENSE_VECTOR: float_list(chunk.vector), SPARSE_VECTOR: _sparse(chunk.sparse_vector)},
-                    dict(chunk.payload),
-                )
+                qe.Point(chunk.point_id, self._vectors(chunk), dict(chunk.payload))
                 for chunk in chunks[start : start + _UPSERT_BATCH]
             ]
             with backend_errors("upsert"):
                 self._shard.update(qe.UpdateOperation.upsert_points(points))
+
+    def _vectors(self, chunk: StoredChunk) -> dict[str, Any]:
+        vectors = {DENSE_VECTOR: float_list(chunk.vector), SPARSE_VECTOR: _sparse(chunk.sparse_vector)}
+        if self._multilingual and chunk.multilingual_vector is not None:
+            vectors[MULTILINGUAL_VECTOR] = float_list(chunk.multilingual_vector)
+        return vectors
 
     def set_access(self, doc_id: str, access: Sequence[str]) -> None:
         where = qe.Filter(must=[qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchValue(doc_id))])
@@ -363,18 +408,29 @@ def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
     payload = False if reads_back(request) else [DOC_ID_FIELD]
     if request.mode == "sparse":
         return [qe.QueryRequest(limit=request.ranked_width, query=sparse, filter=where, with_payload=payload)]
-    width = request.prefetch_width
+    legs = [dense, sparse]
+    if request.multilingual_vector is not None:
+        legs.append(qe.Query.Nearest(float_list(request.multilingual_vector), MULTILINGUAL_VECTOR))
     fused = qe.QueryRequest(
         limit=request.ranked_width,
         prefetches=[
-            qe.Prefetch(width, query=dense, filter=where),
-            qe.Prefetch(width, query=sparse, filter=where),
+            qe.Prefetch(request.prefetch_width, query=leg, filter=where) for leg in fused_legs(request, legs)
         ],
         query=qe.Fusion.Rrf(k=RRF_K) if request.fusion == "rrf" else qe.Fusion.Dbsf(),
         with_payload=payload,
     )
-    companions = [qe.QueryRequest(limit=request.ranked_width, query=q, filter=where) for q in (dense, sparse)]
+    companions = [qe.QueryRequest(limit=request.ranked_width, query=leg, filter=where) for leg in legs]
     return [fused, *companions]
+
+
+def _holds_vector(shard: qe.EdgeShard, name: str) -> bool:
+    """Whether the shard has the named dense vector (asked with a search of an empty filter)."""
+    probe = qe.QueryRequest(limit=1, query=qe.Query.Nearest([1.0], name))
+    try:
+        shard.query(probe)
+    except Exception as exc:
+        return "Not existing vector name" not in str(exc)
+    return True
 
 
 def _sparse(vector: SparseVector | None) -> qe.SparseVector:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from .sparse import Bm25Encoder, holds_identifier
 
 DENSE_VECTOR = "dense"  # the named vectors every point carries
 SPARSE_VECTOR = "bm25"
+MULTILINGUAL_VECTOR = "multilingual"  # optional: the chunks' multilingual encoder vectors
 RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.; Qdrant's and Elasticsearch's default)
 _COSINE_BOUND = 1.0 + 1e-3  # float32 rounding lets a cosine similarity exceed 1 slightly
 
@@ -171,6 +173,7 @@ def hit_from_payload(
     matched_terms: Sequence[str] = (),
     exact_codes: Sequence[str] = (),
     fusion: FusionMethod | None = None,
+    multilingual: tuple[int, float] | None = None,
 ) -> SearchHit:
     """Build a :class:`SearchHit` from a store's raw point (shared by both adapters); a dense
     search's ``score`` is its cosine."""
@@ -193,6 +196,8 @@ def hit_from_payload(
         matched_terms=tuple(matched_terms),
         exact_codes=tuple(exact_codes),
         fusion=fusion,
+        multilingual_rank=multilingual[0] if multilingual else None,
+        multilingual_score=multilingual[1] if multilingual else None,
     )
 
 
@@ -228,10 +233,13 @@ class ScoredPoints:
         points: Sequence[Point],
         dense_points: Sequence[tuple[Any, float]] = (),
         sparse_points: Sequence[tuple[Any, float]] = (),
+        multilingual_points: Sequence[tuple[Any, float]] = (),
         sparse_places: dict[Any, tuple[int, float]] | None = None,
     ) -> None:
-        """``sparse_places``: the sparse companion's :func:`_places`, when the caller has them."""
+        """``sparse_places``: the sparse companion's :func:`_places`, when the caller has them;
+        ``multilingual_points``: the multilingual companion's (id, score), when it ran."""
         self.request = request
+        self._multilingual_places = _places(multilingual_points)
         if request.mode == "dense":
             self.points = list(points)
             self.missing_cosines: list[Any] = []
@@ -285,6 +293,7 @@ class ScoredPoints:
                     matched_terms=matched,
                     exact_codes=[code for code in codes if holds_identifier(content, code)] if codes else (),
                     fusion=self.request.fusion if mode == "hybrid" else None,
+                    multilingual=self._multilingual_places.get(pid),
                 )
             )
         return hits
@@ -361,11 +370,33 @@ def _read_back(kept: list[Kept], ask_points: Callable[[list[Any]], Mapping[Any, 
 
 
 def _lists(request: SearchRequest, results: Iterator[Iterable[Any]]) -> Search:
-    """A request's ranked list from the engine's results, and for hybrid its dense and sparse
-    companions' (id, score) places."""
+    """A request's ranked list from the engine's results, and for hybrid its dense, sparse and
+    (with ``multilingual_vector``) multilingual companions' (id, score) places."""
     ranked = next(results)
-    companions = 2 if request.mode == "hybrid" else 0
+    companions = companion_count(request)
     return request, ranked, [[(p.id, p.score) for p in next(results)] for _ in range(companions)]
+
+
+def multilingual_searchable(request: SearchRequest, held: bool) -> SearchRequest:
+    """The request as a store searches it: without its ``multilingual_vector`` (and with its dense
+    prefetch) when the store holds no multilingual vectors (``held``), or the search is not hybrid."""
+    if request.multilingual_vector is None or (held and request.mode == "hybrid"):
+        return request
+    return replace(request, multilingual_vector=None, dense_fused=True)
+
+
+def fused_legs(request: SearchRequest, legs: list[Any]) -> list[Any]:
+    """Of a hybrid request's legs (dense, sparse, multilingual: its companions' queries), those its
+    fused query prefetches: all but the dense one when ``dense_fused`` is off."""
+    return legs if request.dense_fused else legs[1:]
+
+
+def companion_count(request: SearchRequest) -> int:
+    """The companions a request brings: a hybrid search's dense and sparse ones, and its
+    multilingual one when it has a ``multilingual_vector``."""
+    if request.mode != "hybrid":
+        return 0
+    return 3 if request.multilingual_vector is not None else 2
 
 
 def _few_matches_fused(

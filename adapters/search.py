@@ -127,6 +127,14 @@ class SearchRequest:
     ``query_terms``: the query's informative terms and their BM25 token ids (the DAG's
     ``query_terms`` node): a sparse or hybrid hit names those its BM25 vector holds
     (``matched_terms``; none given, none named).
+
+    ``multilingual_vector``: the query by the multilingual encoder (the DAG's
+    ``multilingual_query_vector``): a hybrid search fuses a third prefetch on the chunks'
+    multilingual vectors, and its companion reports each hit's multilingual cosine and place. A
+    store without those vectors (made before them, or with them off) searches without it.
+    ``dense_fused`` ``False`` (a question not in English) leaves the dense prefetch out of the
+    fusion: MiniLM's vector of such a question is noise (docs/multilingual.md); its dense
+    companion still reports each hit's cosine and place.
     """
 
     query_text: str
@@ -141,6 +149,8 @@ class SearchRequest:
     scores_only: bool = False
     few_matches_fusion: FusionMethod | None = None
     query_terms: Mapping[str, int] = field(default_factory=dict)
+    multilingual_vector: Sequence[float] | None = None  # hybrid: a prefetch on the multilingual vectors
+    dense_fused: bool = True  # hybrid with multilingual_vector: whether the dense prefetch is fused too
 
     def __post_init__(self) -> None:
         if self.mode != "dense" and self.sparse_vector is None:
@@ -178,6 +188,8 @@ class SearchHit:
     the dense and the sparse search; they and ``sparse_score`` are ``None`` when that search did
     not rank it in its top ``ranked_width`` (``top_k`` + :data:`TIE_SLACK`, not the wider
     prefetch). ``matched_terms``: the query terms the hit's BM25 vector holds (sparse, hybrid);
+    ``multilingual_score`` and ``multilingual_rank``: its cosine and place in the multilingual
+    search (hybrid with ``multilingual_vector``; ``None`` beyond ``ranked_width``).
     ``exact_codes``: the query's codes (identifiers such as
     ``INV-48213``, see :func:`~lookup_knowledge.adapters.sparse.identifiers`) that the hit's
     content holds verbatim as whole words (sparse, hybrid; ``limit_x`` is not in ``memory_limit_x``).
@@ -198,6 +210,8 @@ class SearchHit:
     matched_terms: tuple[str, ...] = ()
     exact_codes: tuple[str, ...] = ()
     fusion: FusionMethod | None = None  # hybrid: how the store fused the search that ranked it
+    multilingual_score: float | None = None  # its multilingual cosine, when that leg ranked it
+    multilingual_rank: int | None = None
 
     def written_terms(self, terms: Sequence[str] | None = None) -> tuple[str, ...]:
         """Of ``terms`` (default: ``matched_terms``), those the hit holds as written (whole words,
@@ -220,6 +234,7 @@ class StoredChunk:
     vector: Sequence[float]
     payload: Mapping[str, Any] = field(default_factory=dict)
     sparse_vector: SparseVector = SparseVector((), ())
+    multilingual_vector: Sequence[float] | None = None  # written when the store holds such vectors
 
     @property
     def point_id(self) -> str:
@@ -306,6 +321,12 @@ class KnowledgeSearchPort(ABC):
 
 class KnowledgeStore(KnowledgeSearchPort):
     """A search port that ingestion can also write to."""
+
+    @property
+    def multilingual_vectors(self) -> bool:
+        """Whether its chunks carry multilingual vectors (a search's ``multilingual_vector`` is
+        otherwise left out)."""
+        return False
 
     @abstractmethod
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:

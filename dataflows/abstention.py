@@ -37,7 +37,7 @@ from lookup_knowledge.frames import column_values
 
 from .retrieval import SearchAttempt
 
-EVIDENCE_REASONS = ("plausible", "exact_code", "named_title", "informative_terms")
+EVIDENCE_REASONS = ("plausible", "exact_code", "named_title", "informative_terms", "multilingual_match")
 _SAME = 1 - 1e-9  # an IDF read back at the unheld term's value, float rounding aside
 
 
@@ -60,6 +60,10 @@ class AbstentionPolicy:
     informative_floor: float = 0.1  # the share the best hits must hold under twice the bar
     near_bar: tuple[float, float] = (0.3, 1.0)  # the share they must hold less than a unit above the bar
     unheld_share: float = 0.5  # the information in words no chunk holds that refuses under 2x the bar
+    # the multilingual cosine a question's best hit needs when that question is not in English and
+    # the dense and word readings refused it: above the 200 written off-topic and chit-chat
+    # questions' best on the tldr store (0.297) and the sample knowledge base (0.245); docs/multilingual.md
+    multilingual_bar: float = 0.30
 
     def bar(self, probe_null: ProbeNull) -> float:
         """The margin a lookup needs on this store: ``strictness``, raised (``own_questions``) to
@@ -405,6 +409,27 @@ def verdict_reason(
     return reason
 
 
+def multilingual_top(evidence_hits: list[SearchHit]) -> float | None:
+    """The best multilingual cosine among the usable hits (``None``: the multilingual leg did not
+    run, or ranked none of them)."""
+    return max(
+        (h.multilingual_score for h in evidence_hits if h.multilingual_score is not None), default=None
+    )
+
+
+def multilingual_reason(
+    verdict_reason: VerdictReason, multilingual_top: float | None, abstention_policy: AbstentionPolicy
+) -> VerdictReason:
+    """``multilingual_match`` for a question the dense and word readings refused (its words are
+    not the store's language) whose best multilingual cosine reaches
+    :attr:`AbstentionPolicy.multilingual_bar`; else ``verdict_reason``. ``multilingual_top`` is
+    ``None`` for an English question: its verdict is the dense and word readings' alone."""
+    refused = verdict_reason not in (*EVIDENCE_REASONS, "no_candidates")
+    if refused and multilingual_top is not None and multilingual_top >= abstention_policy.multilingual_bar:
+        return "multilingual_match"
+    return verdict_reason
+
+
 class MarginReadings(TypedDict):
     """What the verdict read of the margin: the best cosine against the store's null and bar."""
 
@@ -471,22 +496,25 @@ def term_readings(
 
 
 def evidence_verdict(
-    verdict_reason: VerdictReason,
+    multilingual_reason: VerdictReason,
     abstention_policy: AbstentionPolicy,
     margin_readings: MarginReadings,
     term_readings: TermReadings,
     top_block_hit: SearchHit | None,
+    multilingual_top: float | None,
 ) -> EvidenceVerdict:
-    """Whether the usable hits plausibly answer the question (``verdict_reason``; every reason
-    passes with ``abstention.enabled`` off), with what that was read from."""
+    """Whether the usable hits plausibly answer the question (``multilingual_reason``: the
+    verdict's reason, read again for a question in another language; every reason passes with
+    ``abstention.enabled`` off), with what that was read from."""
     if top_block_hit is None:  # no hits: nothing read but the query's terms and the bar
         bar = {key: margin_readings[key] for key in ("strictness", "own_questions_p5")}
         return EvidenceVerdict(
             plausible=False, reason="no_candidates", query_terms=term_readings["query_terms"], **bar
         )
     return EvidenceVerdict(
-        plausible=not abstention_policy.enabled or verdict_reason in EVIDENCE_REASONS,
-        reason=verdict_reason,
+        plausible=not abstention_policy.enabled or multilingual_reason in EVIDENCE_REASONS,
+        reason=multilingual_reason,
+        multilingual_top=multilingual_top,
         top_dense_rank=top_block_hit.dense_rank,
         top_sparse_rank=top_block_hit.sparse_rank,
         **margin_readings,

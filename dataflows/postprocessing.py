@@ -41,8 +41,8 @@ _HINT_KINDS = {
 CANDIDATE_COLUMNS = frame_columns([
     "evidence_key", "doc_id", "chunk_index", "point_id", "source", "title", "breadcrumb",
     "categories", "doc_type", "content", "score", "normalized_score", "rank_score", "dense_score",
-    "sparse_score", "fused_score", "original_rank", "hit_reasons", "exact_codes", "l0_matches",
-    "instruction_like", "ingested_at", "payload",
+    "sparse_score", "fused_score", "multilingual_score", "original_rank", "hit_reasons", "exact_codes",
+    "l0_matches", "instruction_like", "ingested_at", "payload",
 ])  # fmt: skip
 SCREENED_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "left_out"])
 RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
@@ -115,6 +115,8 @@ def _signal_reasons(hit: SearchHit, place: int, retrieval_mode: str, fusion: str
     if hit.sparse_rank is not None:
         terms = f" ({', '.join(_shown_terms(hit))})" if hit.matched_terms else ""
         reasons.append(f"vector:sparse rank {hit.sparse_rank}{terms}")
+    if hit.multilingual_rank is not None:
+        reasons.append(f"vector:multilingual rank {hit.multilingual_rank}")
     if retrieval_mode == "hybrid":
         reasons.append(f"fused rank {place} ({hit.fusion or fusion})")
     return reasons + [f"exact_code:{code}" for code in hit.exact_codes]
@@ -145,6 +147,7 @@ def candidates_df(
             "content": hit.content, "score": hit.score, "normalized_score": hit.normalized_score,
             "rank_score": rank_score, "dense_score": hit.dense_score,
             "sparse_score": hit.sparse_score, "fused_score": hit.fused_score, "original_rank": rank,
+            "multilingual_score": hit.multilingual_score,
             "hit_reasons": [f"vector:{attempt}", *signals]
             + [f"l0_{kind}:{term}" for kind, term in matches],
             "exact_codes": hit.exact_codes,  # the query's codes it holds verbatim (its exact_code: reasons)
@@ -239,14 +242,18 @@ def _holds_code(candidate: dict) -> bool:
 
 
 def _below_floor(candidates: list[dict], relative_evidence_floor: float) -> Callable[[dict], bool]:
-    """Whether a candidate is under the floor on its dense score and on its sparse score."""
+    """Whether a candidate is under the floor on its dense score, on its sparse score and on its
+    multilingual cosine (each it has)."""
     dense_floor = relative_evidence_floor * max((c["normalized_score"] for c in candidates), default=0.0)
-    sparse_scores = [c["sparse_score"] for c in candidates if c["sparse_score"] is not None]
-    sparse_floor = relative_evidence_floor * max(sparse_scores, default=0.0)
+    floors = {
+        name: relative_evidence_floor * max((c[name] for c in candidates if c[name] is not None), default=0.0)
+        for name in ("sparse_score", "multilingual_score")
+    }
 
     def below(candidate: dict) -> bool:
-        sparse = candidate["sparse_score"]
-        return candidate["normalized_score"] < dense_floor and (sparse is None or sparse < sparse_floor)
+        return candidate["normalized_score"] < dense_floor and all(
+            candidate[name] is None or candidate[name] < floor for name, floor in floors.items()
+        )
 
     return below
 

@@ -1,5 +1,6 @@
-"""Query understanding: the query's dense and BM25 vectors, its informative terms and script, and
-the L0 hints with the category filter they imply."""
+"""Query understanding: the query's dense and BM25 vectors, its informative terms and script, its
+language and multilingual vector (docs/multilingual.md), and the L0 hints with the category filter
+they imply."""
 
 from __future__ import annotations
 
@@ -25,6 +26,29 @@ def query_sparse_vector(query: str) -> SparseVector:
     """The query's BM25 terms (CJK-aware, as the chunks were indexed), weight 1 each; the store
     applies IDF."""
     return bm25_encoder().embed_query(query)
+
+
+@config.when_in(l1_enabled=[True], retrieval_mode=["hybrid"], multilingual_search=["auto", "always"])
+def query_language(query: str) -> str:
+    """The query's language (ISO 639-1, ``en`` when unsure), among the multilingual encoder's."""
+    from lookup_knowledge.adapters.multilingual import language_of
+
+    return language_of(query)
+
+
+@config.when(l1_enabled=True, retrieval_mode="hybrid", multilingual_search="auto")
+def multilingual_query_vector__auto(
+    query: str, query_language: str, multilingual_embedder: Embedder
+) -> np.ndarray | None:
+    """The query by the multilingual encoder when it is not in English (``None``: an English
+    query searches as without the encoder)."""
+    return None if query_language == "en" else multilingual_embedder.embed_query(query)
+
+
+@config.when(l1_enabled=True, retrieval_mode="hybrid", multilingual_search="always")
+def multilingual_query_vector__always(query: str, multilingual_embedder: Embedder) -> np.ndarray | None:
+    """The query by the multilingual encoder, whatever its language."""
+    return multilingual_embedder.embed_query(query)
 
 
 def query_terms(query: str) -> dict[str, int]:

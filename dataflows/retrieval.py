@@ -143,9 +143,13 @@ def search_request__hybrid(
     retrieve_k: int,
     hybrid_fusion: HybridFusion,
     access_scope: tuple | None = None,
+    multilingual_query_vector: np.ndarray | None = None,
+    query_language: str = "en",
 ) -> SearchRequest:
     """Hybrid search: a dense and a sparse prefetch fused inside the store, ``retrieve_k`` wide,
-    both prefetches under the caller's access filter, each hit naming the query's terms it holds."""
+    every prefetch under the caller's access filter, each hit naming the query's terms it holds;
+    with the query's multilingual vector, a prefetch on the chunks' multilingual vectors, which for
+    a question not in English replaces the dense one in the fusion (docs/multilingual.md)."""
     return SearchRequest(
         query,
         query_vector,
@@ -157,16 +161,20 @@ def search_request__hybrid(
         access=access_scope,
         few_matches_fusion=hybrid_fusion.few_matches,
         query_terms=query_terms,
+        multilingual_vector=multilingual_query_vector,
+        dense_fused=multilingual_query_vector is None or query_language == "en",
     )
 
 
 def _is_usable(hit: SearchHit, min_evidence_score: float, cjk: bool = False) -> bool:
-    """Evidence: a hit with text whose dense score reaches ``min_evidence_score``, or that holds
-    one of the query's codes exactly (sparse, hybrid: an error code the model blurs), or (a CJK
-    query, ``cjk``) that the BM25 search ranked: MiniLM embeds CJK text as a few rare tokens, so
-    its cosine says nothing of a Chinese or Japanese page (``docs/cjk.md``)."""
+    """Evidence: a hit with text whose dense score (or multilingual cosine, a question in another
+    language than the chunk's) reaches ``min_evidence_score``, or that holds one of the query's
+    codes exactly (sparse, hybrid: an error code the model blurs), or (a CJK query, ``cjk``) that
+    the BM25 search ranked: MiniLM embeds CJK text as a few rare tokens, so its cosine says
+    nothing of a Chinese or Japanese page (``docs/cjk.md``)."""
+    score = max(hit.normalized_score, hit.multilingual_score or 0.0)
     lexical = bool(hit.exact_codes) or (cjk and hit.sparse_rank is not None)
-    return (hit.normalized_score >= min_evidence_score or lexical) and bool(hit.content.strip())
+    return (score >= min_evidence_score or lexical) and bool(hit.content.strip())
 
 
 @dataclass(frozen=True, slots=True)

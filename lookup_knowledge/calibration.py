@@ -339,6 +339,8 @@ def _shaped_like(request: SearchRequest, texts: Sequence[str], vectors: np.ndarr
             category=None,
             sparse_vector=bm25_encoder().embed_query(text) if sparse else None,
             scores_only=True,
+            multilingual_vector=None,  # the probe null is the dense and BM25 search's
+            dense_fused=True,
         )
         for text, vector in zip(texts, vectors, strict=True)
     ]

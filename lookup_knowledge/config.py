@@ -130,6 +130,15 @@ class EmbedderConfig(_Section):
         return value
 
 
+class MultilingualConfig(_Section):
+    """The multilingual encoder beside the English one (docs/multilingual.md)."""
+
+    vectors: Literal["auto", "on", "off"] = "auto"
+    search: Literal["auto", "always", "off"] = "auto"
+    max_chars: int = Field(600, ge=50, le=100_000)
+    threads: int = Field(1, ge=1, le=64)
+
+
 class DocumentsConfig(_Section):
     """Limits on one PDF, DOCX, HTML, PPTX or XLSX file (docs/documents.md)."""
 
@@ -299,6 +308,7 @@ class Config(_Section):
 
     store: StoreConfig = StoreConfig()
     embedder: EmbedderConfig = EmbedderConfig()
+    multilingual: MultilingualConfig = MultilingualConfig()
     ingest: IngestConfig = IngestConfig()
     l0: ToggleConfig = ToggleConfig()
     l1: ToggleConfig = ToggleConfig()

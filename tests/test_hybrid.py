@@ -30,6 +30,7 @@ from qdrant_client import QdrantClient, models
 from lookup_knowledge import KnowledgeTool
 from lookup_knowledge.adapters.errors import StoreOutdatedError
 from lookup_knowledge.adapters.l0_index import normalize
+from lookup_knowledge.adapters.multilingual import language_of
 from lookup_knowledge.adapters.payload import (
     DOC_CHUNKS_FIELD,
     DOC_HASH_FIELD,
@@ -676,25 +677,32 @@ def test_the_section_an_identifier_names_wins_over_its_longer_named_siblings(
     assert one_place.lookup(query).evidence_blocks[0].evidence_key == blocks[0].evidence_key
 
 
-_PLACE = re.compile(r"(?:vector:(dense|sparse)|(fused)) rank (\d+)(?: \((.*)\))?")
-_SEARCH_OF = {"dense": "dense", "sparse": "sparse", "fused": "hybrid"}
+_PLACE = re.compile(r"(?:vector:(dense|sparse|multilingual)|(fused)) rank (\d+)(?: \((.*)\))?")
+_SEARCH_OF = {"dense": "dense", "sparse": "sparse", "multilingual": "multilingual", "fused": "hybrid"}
 
 
 def _ranked_keys(
     tool: KnowledgeTool, query: str, mode: str, category: str | None, fusion: str | None = None
 ) -> list[str]:
     """The evidence keys a search of ``mode`` ranks for ``query``, as deep as hit reasons count
-    places (the fused list ``retrieve_k``, by ``fusion`` alone; the dense and sparse ones
-    ``retrieve_k`` + 8)."""
+    places (the fused list ``retrieve_k``, by ``fusion`` alone; the dense, sparse and multilingual
+    ones ``retrieve_k`` + 8). A question not in English brings its multilingual vector, as the
+    lookup's search does (docs/multilingual.md): the multilingual places are its companion's."""
     retrieval = tool.config.retrieval
     width = retrieval.effective_retrieve_k + (0 if mode == "hybrid" else 8)
+    english = language_of(query) == "en"
+    multilingual = None if english else tool.multilingual_embedder.embed_query(query).tolist()
     found = tool.search_port.search(
         SearchRequest(
-            query, tool.embedder.embed_query(query).tolist(), width, category=category, mode=mode,
+            query, tool.embedder.embed_query(query).tolist(), width, category=category,
+            mode="hybrid" if mode == "multilingual" else mode,
             sparse_vector=bm25_encoder().embed_query(query), fusion=fusion or retrieval.fusion,
-            prefetch_k=retrieval.prefetch_k,
+            prefetch_k=retrieval.prefetch_k, dense_fused=english,
+            multilingual_vector=multilingual if mode in ("hybrid", "multilingual") else None,
         )
     )  # fmt: skip
+    if mode == "multilingual":
+        found = sorted((hit for hit in found if hit.multilingual_rank), key=lambda hit: hit.multilingual_rank)
     return [evidence_key(hit.doc_id, hit.chunk_index) for hit in found]
 
 

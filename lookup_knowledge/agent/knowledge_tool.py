@@ -39,7 +39,13 @@ from lookup_knowledge.pipeline import (
     lookup_driver,
     settings_inputs,
 )
-from lookup_knowledge.stores import build_embedder, calibration_path, l0_index_path, open_search_port
+from lookup_knowledge.stores import (
+    build_embedder,
+    build_multilingual_embedder,
+    calibration_path,
+    l0_index_path,
+    open_search_port,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +65,7 @@ class KnowledgeTool:
         *,
         search_port: KnowledgeSearchPort | None = None,
         embedder: Embedder | None = None,
+        multilingual_embedder: Embedder | None = None,
         l0_index: L0Index | None = None,
         adapters: Sequence[Any] = (),
         require_store: bool | None = None,
@@ -68,6 +75,7 @@ class KnowledgeTool:
         self.request_settings = RequestSettings.from_config(config)
         self.sessions = SessionMemory(config.recorder.session_memory)
         self.embedder = embedder or build_embedder(config)
+        self.multilingual_embedder = multilingual_embedder or build_multilingual_embedder(config, "search")
         self._owned_store = None
         # read from its file: read again when the file changes (an ingest in this process or another)
         self._l0_from_file = l0_index is None
@@ -88,6 +96,7 @@ class KnowledgeTool:
         self._static_inputs = {
             "search_port": self.search_port,
             "embedder": self.embedder,
+            "multilingual_embedder": self.multilingual_embedder,
             "l0_index": self.l0_index,
             "store_calibration": self.store_calibration,
             **settings_inputs(config),
@@ -118,6 +127,7 @@ class KnowledgeTool:
             config,
             search_port=self.search_port,
             embedder=self.embedder,
+            multilingual_embedder=self.multilingual_embedder,
             l0_index=self.l0_index,
             store_calibration=self.store_calibration,
         )

@@ -97,7 +97,7 @@ class AgentLookup:
         self._lock = threading.Lock()
 
     def warm_up(self, principals: Any = None) -> float:
-        """Load the query model and run one unrecorded lookup now (a cold start: the model load
+        """Load the query models and run one unrecorded lookup now (a cold start: the model load
         takes seconds, a first search and a first encode of its shape tens of milliseconds), so
         that calls measure only themselves; the next call reports the time as
         ``retrievalTrace.coldStartMs``. A model that fails to load is reported by each call
@@ -106,6 +106,8 @@ class AgentLookup:
         started = time.perf_counter()
         try:
             self.tool.embedder.embed_query("warm-up")
+            if self.tool.multilingual_embedder is not None:  # its 30 MB table, not in a first question
+                self.tool.multilingual_embedder.embed_query("warm-up")
         except Exception as exc:
             logger.warning("the embedding model did not load: %s", first_line(exc))
         else:

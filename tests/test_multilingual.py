@@ -1,0 +1,282 @@
+"""The multilingual leg (docs/multilingual.md): a question in German, Chinese or Japanese finds the
+English page that answers it on a store with multilingual vectors; ``multilingual.search: off``
+and English questions search as before; a store made without the vectors still answers."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_config, write_corpus
+
+from lookup_knowledge import KnowledgeTool, ingest
+from lookup_knowledge.adapters.multilingual import MultilingualEmbedder, language_of
+from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
+from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
+from lookup_knowledge.adapters.search import SearchRequest, StoredChunk
+from lookup_knowledge.adapters.sparse import bm25_encoder
+from lookup_knowledge.dataflows.abstention import AbstentionPolicy, multilingual_reason
+from lookup_knowledge.extras import EXTRAS, MissingExtraError
+from lookup_knowledge.stores import build_multilingual_embedder
+
+PAGES = {
+    "chmod": ("File permissions", "Change the access permissions of a file or directory: who may read, "
+              "write or execute it. Give the owner write permission, or make a script executable."),
+    "tar": ("Archives", "Compress a folder into an archive file, or extract the files of an archive. "
+            "Create a gzipped tarball of a directory."),
+    "ping": ("Network reachability", "Check whether a host on the network is reachable: send echo "
+             "requests and report the round-trip time of each reply."),
+    "df": ("Disk space", "Show how much free disk space each mounted filesystem has left, in human "
+           "readable units."),
+    "kill": ("Stopping processes", "Stop a running process by its process id, or send it another "
+             "signal such as hang-up."),
+    "git-commit": ("Recording changes", "Record the staged changes to the repository with a message "
+                   "describing them."),
+    "cp": ("Copying files", "Copy files and directories to another location, keeping their "
+           "attributes when asked."),
+    "ssh": ("Remote shells", "Log in to a remote machine over an encrypted connection and run "
+            "commands there."),
+}  # fmt: skip
+QUESTIONS = {
+    "de": ("Wie ändere ich die Zugriffsrechte einer Datei?", "chmod"),
+    "zh": ("如何把文件夹压缩成归档文件？", "tar"),
+    "ja": ("ネットワーク上のホストに到達できるか確認する", "ping"),
+}
+ENGLISH = "How do I check the free disk space of each filesystem?"
+
+
+def _kb(root: Path) -> Path:
+    docs = {
+        f"{doc_id}.md": ({"id": doc_id, "title": title}, f"# {title}\n\n{body}\n")
+        for doc_id, (title, body) in PAGES.items()
+    }
+    return write_corpus(root, docs)
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _kb(tmp_path_factory.mktemp("commands"))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, kb: Path, embedder) -> Path:
+    """A store of the eight English pages, with multilingual vectors (the default)."""
+    path = tmp_path_factory.mktemp("multilingual-store")
+    ingest(kb, make_config(path), embedder=embedder)
+    return path
+
+
+@pytest.fixture(scope="module")
+def old_store(tmp_path_factory: pytest.TempPathFactory, kb: Path, embedder) -> Path:
+    """The same pages in a store made without multilingual vectors (as before them)."""
+    path = tmp_path_factory.mktemp("old-store")
+    ingest(kb, make_config(path, multilingual__vectors="off"), embedder=embedder)
+    return path
+
+
+def _tool(store_path: Path, embedder, **overrides) -> KnowledgeTool:
+    return KnowledgeTool(make_config(store_path, **overrides), embedder=embedder)
+
+
+def _top_document(result) -> str | None:
+    entries = result.rerank_trace.entries if result.rerank_trace else []
+    return entries[0].evidence_key.split("#")[0] if entries else None
+
+
+def _node_names(result) -> set[str]:
+    return {node.name for node in result.retrieval_trace.executed_nodes}
+
+
+@pytest.mark.parametrize("language", sorted(QUESTIONS))
+def test_a_question_in_another_language_finds_the_english_page(store: Path, embedder, language: str) -> None:
+    question, page = QUESTIONS[language]
+    with _tool(store, embedder) as tool:
+        result = tool.lookup(question)
+    assert result.found, result.retrieval_trace.evidence_verdict
+    assert result.evidence_blocks[0].doc_id == page
+    reasons = result.evidence_blocks[0].hit_reasons
+    assert any(reason.startswith("vector:multilingual rank") for reason in reasons)
+    verdict = result.retrieval_trace.evidence_verdict
+    assert verdict.multilingual_top is not None and verdict.multilingual_top > 0.3
+
+
+@pytest.mark.parametrize("language", sorted(QUESTIONS))
+def test_with_the_leg_off_the_same_question_searches_as_before(store: Path, embedder, language: str) -> None:
+    question, _ = QUESTIONS[language]
+    with _tool(store, embedder, multilingual__search="off") as off:
+        result = off.lookup(question)
+    assert "multilingual_query_vector" not in _node_names(result)
+    assert result.retrieval_trace.evidence_verdict.multilingual_top is None
+    assert all(
+        not reason.startswith("vector:multilingual")
+        for block in result.evidence_blocks
+        for reason in block.hit_reasons
+    )
+
+
+def test_an_english_question_is_answered_as_without_the_leg(store: Path, embedder) -> None:
+    with _tool(store, embedder) as auto:
+        off = auto.variant(make_config(store, multilingual__search="off"))
+        with_leg, without = auto.lookup(ENGLISH), off.lookup(ENGLISH)
+    assert with_leg.found and with_leg.evidence_blocks[0].doc_id == "df"
+    assert with_leg.retrieval_trace.evidence_verdict.multilingual_top is None
+    assert [(b.evidence_key, b.rerank_score) for b in with_leg.evidence_blocks] == [
+        (b.evidence_key, b.rerank_score) for b in without.evidence_blocks
+    ]
+    assert with_leg.retrieval_trace.evidence_verdict == without.retrieval_trace.evidence_verdict
+
+
+def test_always_searches_the_leg_for_english_questions_too(store: Path, embedder) -> None:
+    with _tool(store, embedder, multilingual__search="always") as always:
+        result = always.lookup(ENGLISH)
+    assert result.evidence_blocks[0].doc_id == "df"
+    assert result.retrieval_trace.evidence_verdict.multilingual_top is not None
+
+
+def test_a_store_made_without_multilingual_vectors_still_answers(old_store: Path, embedder) -> None:
+    question, _ = QUESTIONS["de"]
+    opened = QdrantEdgeStore(old_store / "knowledge", create=False)
+    assert not opened.multilingual_vectors
+    opened.close()
+    with _tool(old_store, embedder) as tool:
+        result = tool.lookup(question)
+        english = tool.lookup(ENGLISH)
+    assert result.evidence_status != "retrieval_failed"
+    assert result.retrieval_trace.evidence_verdict.multilingual_top is None  # the store left the leg out
+    assert english.found and english.evidence_blocks[0].doc_id == "df"
+
+
+def test_info_says_whether_the_store_has_multilingual_vectors(store: Path, old_store: Path, embedder) -> None:
+    from lookup_knowledge.cli.info import describe
+
+    assert describe(make_config(store))["store"]["multilingual_vectors"] is True
+    assert describe(make_config(old_store))["store"]["multilingual_vectors"] is False
+
+
+def test_ingest_into_an_old_store_says_it_writes_no_multilingual_vectors(
+    tmp_path: Path, kb: Path, embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    ingest(kb, make_config(tmp_path, multilingual__vectors="off"), embedder=embedder)
+    edited = dict(PAGES, ssh=("Remote shells", "Open an encrypted remote shell on another machine."))
+    write_corpus(
+        kb.parent / "edited", {f"{d}.md": ({"id": d, "title": t}, b) for d, (t, b) in edited.items()}
+    )
+    with caplog.at_level(logging.WARNING, logger="lookup_knowledge.ingest"):
+        report = ingest(kb.parent / "edited", make_config(tmp_path), embedder=embedder)
+    assert report.updated >= 1
+    assert "made without multilingual vectors" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("Wie ändere ich die Zugriffsrechte einer Datei?", "de"),
+        ("如何把文件夹压缩成归档文件？", "zh"),
+        ("ネットワーク上のホストに到達できるか確認する", "ja"),
+        ("Показать текущую версию", "ru"),
+        ("How do I check the free disk space?", "en"),
+        ("git status", "en"),  # a weak guess of another language is taken as English
+        ("12345 ---", "en"),
+        ("", "en"),
+    ],
+)
+def test_language_of(text: str, language: str) -> None:
+    assert language_of(text) == language
+
+
+def test_the_encoder_puts_a_translation_near_its_original() -> None:
+    encoder = MultilingualEmbedder()
+    rows = encoder.embed_documents(["Compress a folder into an archive file.", "Show the free disk space."])
+    question = encoder.embed_query("如何把文件夹压缩成归档文件？")
+    assert rows.shape == (2, 512) and question.shape == (512,)
+    assert np.linalg.norm(rows, axis=1) == pytest.approx([1.0, 1.0], abs=1e-3)
+    assert question @ rows[0] > question @ rows[1] + 0.1
+    assert encoder.embed_documents([]).shape == (0, 512)
+
+
+def test_the_multilingual_reason_passes_only_refused_questions_above_the_bar() -> None:
+    policy = AbstentionPolicy(multilingual_bar=0.5)
+    assert multilingual_reason("below_probe_null", 0.62, policy) == "multilingual_match"
+    assert multilingual_reason("no_shared_terms", 0.62, policy) == "multilingual_match"
+    assert multilingual_reason("below_probe_null", 0.41, policy) == "below_probe_null"
+    assert multilingual_reason("below_probe_null", None, policy) == "below_probe_null"  # English: no leg
+    assert multilingual_reason("plausible", 0.1, policy) == "plausible"
+    assert multilingual_reason("no_candidates", 0.9, policy) == "no_candidates"
+
+
+def test_search_on_needs_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(EXTRAS, "multilingual", ("no_such_encoder_module",))  # the fault: no extra
+    assert build_multilingual_embedder(make_config(tmp_path)) is None  # auto: without it, off
+    with pytest.raises(MissingExtraError, match="lookup-knowledge\\[multilingual\\]"):
+        build_multilingual_embedder(make_config(tmp_path, multilingual__vectors="on"))
+
+
+def _chunks(dimension: int = 4) -> list[StoredChunk]:
+    """Three chunks whose multilingual vectors put the second nearest a query of (0, 1, 0, ...)."""
+    rows = []
+    for n, text in enumerate(["alpha apples", "beta bananas", "gamma grapes"]):
+        dense = np.zeros(dimension, dtype=np.float32)
+        dense[0] = 1.0
+        dense[1] = 0.1 * n
+        other = np.zeros(3, dtype=np.float32)
+        other[n] = 1.0
+        payload = {
+            "doc_id": f"doc-{n}",
+            "chunk_index": 0,
+            "evidence_key": f"doc-{n}#chunk-0",
+            "content": text,
+        }
+        rows.append(StoredChunk(dense, payload, bm25_encoder().embed_document(text), other))
+    return rows
+
+
+def _request(multilingual: list[float] | None) -> SearchRequest:
+    return SearchRequest(
+        "apples", [1.0, 0.0, 0.0, 0.0], 3, mode="hybrid", sparse_vector=bm25_encoder().embed_query("apples"),
+        multilingual_vector=multilingual,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("adapter", ["edge", "qdrant-client"])
+def test_both_adapters_fuse_the_multilingual_leg_and_report_its_places(tmp_path: Path, adapter: str) -> None:
+    if adapter == "edge":
+        store = QdrantEdgeStore(tmp_path / "s", 4, multilingual_dimension=3)
+    else:
+        store = QdrantClientStore("c", 4, location=":memory:", multilingual_dimension=3)
+    try:
+        assert store.multilingual_vectors
+        store.upsert(_chunks())
+        hits = store.search(_request([0.0, 1.0, 0.0]))
+        by_doc = {hit.doc_id: hit for hit in hits}
+        assert by_doc["doc-1"].multilingual_rank == 1
+        assert by_doc["doc-1"].multilingual_score == pytest.approx(1.0, abs=1e-4)
+        assert by_doc["doc-0"].multilingual_score == pytest.approx(0.0, abs=1e-4)
+        assert all(hit.multilingual_score is None for hit in store.search(_request(None)))
+    finally:
+        store.close()
+
+
+def test_an_edge_store_without_the_vectors_searches_without_the_leg(tmp_path: Path) -> None:
+    store = QdrantEdgeStore(tmp_path / "s", 4)
+    store.upsert([StoredChunk(c.vector, c.payload, c.sparse_vector) for c in _chunks()])
+    store.close()
+    reopened = QdrantEdgeStore(tmp_path / "s", 4, multilingual_dimension=3)  # as an ingest that wants them
+    try:
+        assert not reopened.multilingual_vectors
+        hits = reopened.search(_request([0.0, 1.0, 0.0]))
+        assert [hit.doc_id for hit in hits][0] == "doc-0" and all(h.multilingual_rank is None for h in hits)
+    finally:
+        reopened.close()
+
+
+def test_an_edge_store_with_the_vectors_opens_for_a_writer_that_writes_none(tmp_path: Path) -> None:
+    QdrantEdgeStore(tmp_path / "s", 4, multilingual_dimension=3).close()
+    reopened = QdrantEdgeStore(tmp_path / "s", 4)  # an ingest with multilingual.vectors off
+    try:
+        assert reopened.multilingual_vectors
+        reopened.upsert([StoredChunk(c.vector, c.payload, c.sparse_vector) for c in _chunks()])
+        assert reopened.count() == 3
+    finally:
+        reopened.close()
