@@ -138,6 +138,12 @@ class MultilingualConfig(_Section):
     max_chars: int = Field(600, ge=50, le=100_000)
     threads: int = Field(1, ge=1, le=64)
 
+    @field_validator("vectors", "search", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: Any) -> Any:
+        """YAML reads a bare ``on``/``off`` as a boolean: take it as the word written."""
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
 
 class DocumentsConfig(_Section):
     """Limits on one PDF, DOCX, HTML, PPTX or XLSX file (docs/documents.md)."""

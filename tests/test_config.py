@@ -114,6 +114,15 @@ def test_overrides_win_over_the_config_file(tmp_path: Path) -> None:
     assert load_config(path, overrides=["retrieval.return_n=2"]).retrieval.return_n == 2
 
 
+def test_bare_on_and_off_switches_read_as_the_words_written(tmp_path: Path) -> None:
+    """YAML 1.1 reads a bare ``on``/``off`` as a boolean; the multilingual switches take the word."""
+    path = write_yaml(tmp_path, "multilingual:\n  vectors: off\n  search: off\n")
+    assert (load_config(path).multilingual.vectors, load_config(path).multilingual.search) == ("off", "off")
+    assert load_config(overrides=["multilingual.vectors=on"]).multilingual.vectors == "on"
+    with pytest.raises(ConfigError, match="multilingual.search"):
+        load_config(overrides=["multilingual.search=on"])  # not one of its values: refused by name
+
+
 def test_partial_config_file_keeps_defaults_for_the_rest(tmp_path: Path) -> None:
     path = write_yaml(tmp_path, "store:\n  backend: qdrant\n  url: http://localhost:6333\n")
     config = load_config(path)
