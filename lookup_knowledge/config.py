@@ -268,12 +268,15 @@ class AccessConfig(_Section):
 
 class TokenConfig(_Section):
     """One bearer token of ``serve``: its name (logged, never a principal), the SHA-256 of the token
-    (``lookup-knowledge token`` makes both; the token itself is never stored) and the principals
-    its requests are made as."""
+    (``lookup-knowledge token`` makes both; the token itself is never stored) and whom its requests
+    are made as: its ``principals``, or, with ``unrestricted: true`` (an operator, an admin
+    reviewer), a caller that sees every document and every call and eval run, those made without
+    principals too. One or the other, never both."""
 
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.@-]+$")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    principals: list[str] = Field(min_length=1)
+    principals: list[str] = Field(default_factory=list)
+    unrestricted: bool = False
 
     @field_validator("principals")
     @classmethod
@@ -281,6 +284,20 @@ class TokenConfig(_Section):
         if not all(name.strip() for name in value):
             raise ValueError("a principal name must not be blank")
         return [name.strip() for name in value]
+
+    @model_validator(mode="after")
+    def _principals_or_unrestricted(self) -> TokenConfig:
+        if self.unrestricted and self.principals:
+            raise ValueError(
+                f"token {self.name!r} has principals and unrestricted: true: give it one or the other "
+                "(an unrestricted token sees every document, whatever principals it names)"
+            )
+        if not self.unrestricted and not self.principals:
+            raise ValueError(
+                f"token {self.name!r} names no principals: list the principals its calls are made as, "
+                "or set unrestricted: true for a token that sees every document"
+            )
+        return self
 
 
 class ServeConfig(_Section):

@@ -457,3 +457,38 @@ def test_the_cli_refuses_a_key_in_clear_before_any_connection(monkeypatch: pytes
         assert outcome.exit_code == 2, command
         assert outcome.stderr.count("\n") == 1 and "use an https:// store.url" in outcome.stderr
         assert "s3cret-key" not in outcome.stderr + outcome.stdout
+
+
+# --- serve tokens: principals or unrestricted ---------------------------------------------------
+
+HASH = "ab" * 32
+NEITHER = "token 'admin' names no principals"
+BOTH = "token 'admin' has principals and unrestricted: true"
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({}, NEITHER + ": list the principals its calls are made as, or set unrestricted: true"),
+        ({"principals": []}, NEITHER),
+        ({"unrestricted": False}, NEITHER),
+        ({"principals": ["hr"], "unrestricted": True}, BOTH + ": give it one or the other"),
+    ],
+)
+def test_a_token_names_its_principals_or_is_unrestricted_never_both_or_neither(
+    entry: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=r"serve\.tokens\.0: ") as excinfo:
+        load_config(overrides={"serve.tokens": [{"name": "admin", "sha256": HASH, **entry}]})
+    assert message in str(excinfo.value)
+
+
+def test_an_unrestricted_token_and_a_restricted_one_load(tmp_path: Path) -> None:
+    path = write_yaml(
+        tmp_path,
+        f"serve:\n  tokens:\n    - {{name: admin, sha256: {HASH}, unrestricted: true}}\n"
+        f"    - {{name: hr-bot, sha256: {'cd' * 32}, principals: [hr]}}\n",
+    )
+    admin, hr = load_config(path).serve.tokens
+    assert (admin.unrestricted, admin.principals) == (True, [])
+    assert (hr.unrestricted, hr.principals) == (False, ["hr"])

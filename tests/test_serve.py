@@ -5,7 +5,6 @@ whose calls wait until released), to hold calls in flight."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import http.client
 import json
@@ -18,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,13 @@ import anyio
 import httpx
 import httpx2
 import pytest
-import uvicorn
+import yaml
 from conftest import make_config, write_corpus
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 from prometheus_client.parser import text_string_to_metric_families
-from starlette.routing import Mount
+from serve_fixtures import READY_WAIT_S, auth, live, wait_ready
 from test_agent_lookup import KAFKA_QUERY, REFUND_QUERY
 from typer.testing import CliRunner
 
@@ -45,16 +44,17 @@ from lookup_knowledge.agent.mcp_server import build_server
 from lookup_knowledge.agent.tool_definition import TOOL_NAME, VERIFY_TOOL_NAME
 from lookup_knowledge.cli.app import app as cli
 from lookup_knowledge.config import Config, TokenConfig
-from lookup_knowledge.serve.app import SESSION_META_KEY, build_app, review_pages
+from lookup_knowledge.serve.app import SESSION_META_KEY, build_app, serve_app
 from lookup_knowledge.serve.tokens import token_hash
 
 LOOKUP_KNOWLEDGE = Path(sys.executable).with_name("lookup-knowledge")
-READY_WAIT_S = 300  # the warm-up loads the model and calibrates the store on a busy 2-core machine
 FINANCE_TOKEN = "finance-token-4b1d0c"
 SUPPORT_TOKEN = "support-token-93e7aa"
+OPS_TOKEN = "ops-token-5c2f81"  # unrestricted: sees every document
 TOKENS = [
     {"name": "finance-bot", "sha256": token_hash(FINANCE_TOKEN), "principals": ["finance"]},
     {"name": "support-bot", "sha256": token_hash(SUPPORT_TOKEN), "principals": ["support"]},
+    {"name": "ops", "sha256": token_hash(OPS_TOKEN), "unrestricted": True},
 ]
 SECRET_QUERY = "quillion vault key ceremony"
 SECRET_DOC = {
@@ -74,40 +74,6 @@ SECRET_DOC = {
 SECRET_MARKERS = ("quillion-vault-keys", "Quillion Vault Ceremony", "vaultops", "zorbquill")
 
 
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-@contextmanager
-def live(app: Any) -> Iterator[str]:
-    """``app`` served by a real uvicorn server on a free loopback port; its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=60))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(120)
-        sock.close()
-
-
-def wait_ready(base: str) -> None:
-    """Wait until the server listens and says it is ready."""
-    deadline = time.monotonic() + READY_WAIT_S
-    while True:
-        with contextlib.suppress(httpx.ConnectError):
-            if httpx.get(f"{base}/readyz").status_code == 200:
-                return
-        assert time.monotonic() < deadline, "the server never became ready"
-        time.sleep(0.1)
-
-
 @dataclass
 class Served:
     base: str
@@ -119,14 +85,13 @@ class Served:
 def served(
     sample_store: Path, tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder
 ) -> Iterator[Served]:
-    """The sample store plus the secret document, served with the two tokens."""
+    """The sample store plus the secret document, served as ``serve`` serves it, with the three tokens."""
     config = make_config(sample_store, serve__tokens=TOKENS)
     ingest(write_corpus(tmp_path_factory.mktemp("secret-kb"), SECRET_DOC), config, embedder=embedder)
     agent = AgentLookup(
         KnowledgeTool(config, embedder=embedder), InvocationRecorder(invocation_db_url(config))
     )
-    pages = review_pages(agent, config, [])
-    with live(build_app(agent, config.serve, routes=[Mount("/", app=pages)])) as base:
+    with live(serve_app(config, agent)) as base:
         wait_ready(base)
         yield Served(base, config, agent)
 
@@ -324,6 +289,36 @@ def test_a_document_one_token_may_see_is_absent_from_everything_the_other_gets(s
     assert leaks == []
     for secret in (FINANCE_TOKEN, SUPPORT_TOKEN, "finance-bot", "support-bot", '"finance"', SECRET_QUERY):
         assert secret not in metrics  # no token, caller, principal or query is a metric label
+
+
+def test_an_unrestricted_token_sees_every_document_over_json_and_mcp(served: Served) -> None:
+    """An ``unrestricted: true`` token's calls are made without principals (``AccessScope()``),
+    over the JSON API and MCP alike: the document only finance may see is found, a key of it
+    verifies, and the call is recorded as made without principals."""
+    url = served.base
+    seen = httpx.post(
+        f"{url}/v1/lookup", json={"query": SECRET_QUERY, "session": "u"}, headers=auth(OPS_TOKEN), timeout=60
+    ).json()
+    assert seen["evidenceBlocks"][0]["evidenceKey"].startswith("quillion-vault-keys#chunk-")
+    assert seen["retrievalTrace"]["accessFilter"] is None
+    key = seen["evidenceBlocks"][0]["evidenceKey"]
+    verdict = httpx.post(
+        f"{url}/v1/verify", json={"answer": f"Two officers [{key}].", "session": "u"}, headers=auth(OPS_TOKEN)
+    ).json()
+    assert [c["status"] for c in verdict["citations"]] == ["ok"]
+
+    async def over_mcp() -> CallToolResult:
+        async with mcp_client(url, OPS_TOKEN) as client:
+            return await client.call_tool(TOOL_NAME, {"query": SECRET_QUERY})
+
+    over = _contract(anyio.run(over_mcp))
+    assert over["evidenceBlocks"][0]["evidenceKey"].startswith("quillion-vault-keys#chunk-")
+    recorder = InvocationRecorder(invocation_db_url(served.config))
+    rows = {row.id: row for row in recorder.list()}
+    recorder.close()
+    for result in (seen, over):
+        row = rows[result["retrievalTrace"]["invocationRecord"]["id"]]
+        assert row.session_id.startswith("ops/") and row.retrieval_details.get("access") is None
 
 
 @pytest.mark.parametrize("path", ["/v1/lookup", "/v1/verify", "/metrics", "/mcp"])
@@ -578,6 +573,20 @@ def test_token_command_prints_a_token_and_only_its_hash_for_the_config() -> None
     )
     assert entry.sha256 == hashlib.sha256(token.encode()).hexdigest()
     assert token not in result.output.split("serve.tokens entry:", 1)[1]
+
+
+def test_token_command_makes_an_unrestricted_token_only_when_asked() -> None:
+    result = CliRunner().invoke(cli, ["token", "admin", "--unrestricted"])
+    assert result.exit_code == 0, result.output
+    token = result.output.split("token: ", 1)[1].split()[0]
+    entry = yaml.safe_load(result.output.split("serve.tokens entry:", 1)[1])
+    assert entry == [{"name": "admin", "sha256": token_hash(token), "unrestricted": True}]
+    assert TokenConfig(**entry[0]).principals == []
+    for args in (["token", "admin"], ["token", "admin", "-p", "hr", "--unrestricted"]):
+        refused = CliRunner().invoke(cli, args)
+        assert refused.exit_code == 2
+        assert "--principal NAME, repeatable) or pass --unrestricted" in refused.output
+        assert "token: " not in refused.output
 
 
 def test_serve_refuses_another_address_without_tokens(tmp_path: Path) -> None:

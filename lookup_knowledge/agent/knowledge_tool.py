@@ -146,7 +146,8 @@ class KnowledgeTool:
         ``principals``: the caller's groups or users (a list of names); the lookup then sees only
         documents whose access names one of them or ``public``, in every part of its result.
         ``None``: ``access.principals`` of the configuration (itself ``None`` by default:
-        unrestricted). ``prior_session_domains``: see :meth:`answer`.
+        unrestricted); an :class:`AccessScope`: exactly that scope (``UNRESTRICTED``: every
+        document). ``prior_session_domains``: see :meth:`answer`.
         """
         request = self.request(query, session_id, pinned_category=pinned_category, principals=principals)
         return self.answer(request, prior_session_domains)

@@ -82,7 +82,8 @@ def lookup_request(
     within ``settings.max_query_chars``. A session id or pinned category with lone surrogates
     (undecodable bytes) is kept with them escaped; a long session id as :func:`session_key`.
     ``principals``: a list (tuple, set) of nonblank names, one string being one principal;
-    ``None``: ``settings.default_principals``.
+    ``None``: ``settings.default_principals``; an :class:`AccessScope`: that scope as it is (one
+    its host decided, e.g. a ``serve`` token's, unrestricted included).
     """
     problems: list[str] = []
 
@@ -150,6 +151,8 @@ def _optional_text(value: Any, name: str, kept_as: Callable[[str], str]) -> str 
 
 
 def _scope(principals: Any, default: tuple[str, ...] | None) -> AccessScope:
+    if isinstance(principals, AccessScope):
+        return principals
     if principals is None:
         return AccessScope.of(default)
     names = [principals] if isinstance(principals, str) else principals

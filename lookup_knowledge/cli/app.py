@@ -614,7 +614,8 @@ def serve_command(
     """Serve many agents over HTTP: MCP (streamable HTTP) at /mcp and a JSON API at /v1.
 
     One process owns the store and the model. Each bearer token in serve.tokens is made its
-    principals' caller; without tokens every call is access.principals' and only loopback is served.
+    principals' caller (an unrestricted one sees every document); without tokens every call is
+    access.principals' and only loopback is served.
     SIGTERM lets the calls in flight finish, then closes the store.
     """
     from lookup_knowledge.adapters.errors import StoreError
@@ -646,9 +647,17 @@ def serve_command(
 def token_command(
     name: Annotated[str, typer.Argument(help="The token's name (logged; e.g. the team or agent).")],
     principals: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option("--principal", "-p", metavar="NAME", help="A principal of its calls (repeatable)."),
-    ],
+    ] = None,
+    unrestricted: Annotated[
+        bool,
+        typer.Option(
+            "--unrestricted",
+            help="Its calls see every document, and its reviewer every call and eval run (an admin's); "
+            "instead of --principal.",
+        ),
+    ] = False,
 ) -> None:
     """Make a bearer token for serve: prints the token (give it to the client) and the
     serve.tokens entry to add to the config (its hash: the token itself is kept nowhere)."""
@@ -657,7 +666,9 @@ def token_command(
     from lookup_knowledge.config import TokenConfig
     from lookup_knowledge.serve.tokens import new_token
 
-    token, entry = new_token(name, principals)
+    if unrestricted == bool(principals):
+        fail("name the token's principals (--principal NAME, repeatable) or pass --unrestricted: one of them")
+    token, entry = new_token(name, principals or (), unrestricted=unrestricted)
     try:
         TokenConfig(**entry)
     except ValueError as exc:

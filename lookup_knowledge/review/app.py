@@ -271,7 +271,8 @@ class ReviewPages:
     @_reviewed
     def evals(self, request: Request, scope: AccessScope) -> Response:
         runs = [(folder, folder.headline()) for folder in self._runs(scope).values()]
-        return self.render(request, "evals.html", {"runs": runs, "roots": self.eval_dirs})
+        context = {"runs": runs, "roots": self.eval_dirs, "restricted": scope.restricted}
+        return self.render(request, "evals.html", context)
 
     @_reviewed
     def eval_run(self, request: Request, scope: AccessScope) -> Response:
@@ -309,7 +310,9 @@ class ReviewPages:
         return self.render(request, "compare.html", context)
 
     def _runs(self, scope: AccessScope) -> dict[str, RunFolder]:
-        """The eval runs the reviewer may see: those whose every lookup it could have made."""
+        """The eval runs the reviewer may see: every run for an unrestricted reviewer; for a
+        restricted one, those whose every lookup was restricted to principals it holds itself
+        (a run made without principals, as ``eval`` makes them by default, could hold any document)."""
         from lookup_knowledge.extras import MissingExtraError, require
 
         try:

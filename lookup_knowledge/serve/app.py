@@ -6,10 +6,11 @@
 - ``POST /v1/lookup``, ``POST /v1/verify``: the same calls as JSON; ``GET /healthz``, ``GET /readyz``,
   ``GET /metrics`` (Prometheus), ``GET /openapi.json``.
 
-A request's principals come from its bearer token only (:mod:`.tokens`); without tokens every
-call is made as ``access.principals`` and the server listens on loopback only.
+A request's access scope comes from its bearer token only (:mod:`.tokens`): its principals', or
+every document for an ``unrestricted`` token; without tokens every call is made as
+``access.principals`` and the server listens on loopback only.
 
->>> app = build_app(agent, load_config().serve)  # doctest: +SKIP
+>>> app = serve_app(config, AgentLookup.from_config(config))  # doctest: +SKIP
 >>> uvicorn.run(app, host="127.0.0.1", port=8765)  # doctest: +SKIP
 """
 
@@ -127,7 +128,7 @@ class Service:
 
     async def lookup(self, query: Any, session: str | None, caller: Caller) -> LookupResult:
         result: LookupResult = await self.call(
-            functools.partial(self.agent.call, principals=caller.principals), query, session
+            functools.partial(self.agent.call, principals=caller.scope), query, session
         )
         self.metrics.lookups.labels(result.evidence_status).inc()
         if result.evidence_status in ("invalid_input", "retrieval_failed"):
@@ -136,9 +137,7 @@ class Service:
         return result
 
     def verify(self, answer: str, session: str, caller: Caller, check_uncited: bool) -> AnswerVerdict:
-        return self.agent.verify_answer(
-            answer, session, check_uncited=check_uncited, principals=caller.principals
-        )
+        return self.agent.verify_answer(answer, session, check_uncited=check_uncited, principals=caller.scope)
 
     def refusal(self, exc: Busy | TimedOut) -> str:
         """What a refused call is told (the MCP tool error; the JSON API's description)."""
@@ -147,10 +146,10 @@ class Service:
             return f"The server is busy ({self.settings.max_in_flight} calls in flight); {wait}."
         return f"The call did not finish within {self.settings.request_timeout_s:g} s; {wait}."
 
-    def warm_up(self, principals: Sequence[tuple[str, ...] | None]) -> None:
-        """Load the model and measure the store's probe null for each caller's scope, then say
-        whether the store answers (:attr:`ready`)."""
-        scopes = list(principals) or [None]
+    def warm_up(self, scopes: Sequence[AccessScope | None]) -> None:
+        """Load the model and measure the store's probe null for each caller's scope (``None``:
+        ``access.principals``'), then say whether the store answers (:attr:`ready`)."""
+        scopes = list(scopes) or [None]
         self.agent.warm_up(scopes[0])
         for scope in scopes:  # each scope's probe null measured now, not at its first call
             check = self.agent.tool.lookup("warm-up lookup of the knowledge base", principals=scope)
@@ -253,7 +252,7 @@ def build_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with mcp.session_manager.run(), anyio.create_task_group() as tasks:
             if warm_up:
-                scopes = [t.principals for t in tokens.callers()] if tokens else [None]
+                scopes = [caller.scope for caller in tokens.callers()] if tokens else [None]
                 tasks.start_soon(anyio.to_thread.run_sync, service.warm_up, scopes)
             else:
                 service.ready = True
@@ -421,21 +420,23 @@ def serve_http(
             "knowledge base: configure tokens (lookup-knowledge token NAME), bind a loopback address, "
             "or pass --allow-unauthenticated"
         )
-    agent = AgentLookup.from_config(config, require_store=False)
-    pages = review_pages(agent, config, eval_dirs)
-    app = build_app(agent, settings, host=host, routes=[] if pages is None else [Mount("/", app=pages)])
+    app = serve_app(
+        config, AgentLookup.from_config(config, require_store=False), host=host, eval_dirs=eval_dirs
+    )
     logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's session notes: not for the operator
     for handler in logging.getLogger().handlers:  # the SDK logs client text (a tool name) in full
         handler.addFilter(CappedLogText())
+    unrestricted = sum(token.unrestricted for token in settings.tokens)
     who = (
         f"{len(settings.tokens)} bearer token(s) configured"
+        + (f", {unrestricted} of them unrestricted" if unrestricted else "")
         if settings.tokens
         else "no tokens configured: every call is made as access.principals"
         + (", from any address (--allow-unauthenticated)" if host not in LOOPBACK else ", loopback only")
     )
     on_start(
         f"serving on http://{_authority(host, port)}: MCP at /mcp, JSON at /v1/lookup and /v1/verify, "
-        + ("the review pages at /" if pages is not None else "no review pages (the review extra)")
+        + ("no review pages (the review extra)" if missing_modules("review") else "the review pages at /")
         + f"; {who}"
     )
     uvicorn.run(
@@ -448,10 +449,21 @@ def serve_http(
     )
 
 
+def serve_app(
+    config: Config, agent: AgentLookup, *, host: str = "127.0.0.1", eval_dirs: Sequence[Path] = ()
+) -> Starlette:
+    """The app ``serve`` runs: :func:`build_app` over ``agent`` under ``config.serve``, with the
+    review pages (:func:`review_pages`) at ``/`` where the ``review`` extra is installed."""
+    pages = review_pages(agent, config, eval_dirs)
+    return build_app(agent, config.serve, host=host, routes=[] if pages is None else [Mount("/", app=pages)])
+
+
 def review_pages(agent: AgentLookup, config: Config, eval_dirs: Sequence[Path]) -> Starlette | None:
     """The review UI (:mod:`lookup_knowledge.review`) over ``agent``, its reviewer a request's
-    bearer token or sign-in cookie, as for the API (no tokens: ``access.principals``);
-    ``None`` without the ``review`` extra."""
+    bearer token or sign-in cookie in that token's scope, as for the API (an unrestricted token:
+    every document, call and eval run); without tokens, the one local reviewer is
+    ``access.principals`` (unrestricted by default, as ``lookup-knowledge review``); ``None``
+    without the ``review`` extra."""
     if missing_modules("review"):
         return None
     from lookup_knowledge.review import request_token, review_app
@@ -463,7 +475,7 @@ def review_pages(agent: AgentLookup, config: Config, eval_dirs: Sequence[Path]) 
         if not tokens:
             return everyone
         caller = tokens.caller(request_token(request) or "")
-        return None if caller is None else AccessScope.of(caller.principals)
+        return None if caller is None else caller.scope
 
     return review_app(lambda: agent.tool, agent.recorder, eval_dirs, reviewer, token_sign_in=bool(tokens))
 

@@ -1,9 +1,12 @@
-"""Bearer tokens mapped to principals: each configured token is kept as its SHA-256 only, and a
+"""Bearer tokens mapped to access scopes: each configured token is kept as its SHA-256 only, and a
 presented token is compared with every one of them in constant time (``hmac.compare_digest``).
 
 >>> token, entry = new_token("team-a", ["finance"])
->>> TokenTable([TokenConfig(**entry)]).caller(token).principals
-('finance',)
+>>> TokenTable([TokenConfig(**entry)]).caller(token).scope.filter
+('finance', 'public')
+>>> admin, entry = new_token("admin", unrestricted=True)
+>>> TokenTable([TokenConfig(**entry)]).caller(admin).scope.restricted
+False
 """
 
 from __future__ import annotations
@@ -17,16 +20,18 @@ from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 
+from lookup_knowledge.adapters.search import UNRESTRICTED, AccessScope
 from lookup_knowledge.config import TokenConfig
 
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who makes a request: the token's name (``None``: no tokens are configured) and the
-    principals its calls are made as (``None``: ``access.principals``)."""
+    """Who makes a request: the token's name (``None``: no tokens are configured) and the access
+    scope its calls are made in: its principals', or every document for an unrestricted token
+    (``None``: no tokens, ``access.principals``')."""
 
     name: str | None
-    principals: tuple[str, ...] | None
+    scope: AccessScope | None
 
     def session(self, session_id: str) -> str:
         """``session_id`` as kept for this caller: one token's sessions never meet another's."""
@@ -41,10 +46,18 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def new_token(name: str, principals: Sequence[str]) -> tuple[str, dict[str, Any]]:
-    """A fresh random token (256 bits) and its ``serve.tokens`` entry (the hash, not the token)."""
+def new_token(
+    name: str, principals: Sequence[str] = (), *, unrestricted: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """A fresh random token (256 bits) and its ``serve.tokens`` entry (the hash, not the token):
+    made as ``principals``, or ``unrestricted`` (:class:`TokenConfig` checks it is one of them)."""
     token = secrets.token_urlsafe(32)
-    return token, {"name": name, "sha256": token_hash(token), "principals": list(principals)}
+    who = {"unrestricted": True} if unrestricted else {"principals": list(principals)}
+    return token, {"name": name, "sha256": token_hash(token), **who}
+
+
+def _caller(token: TokenConfig) -> Caller:
+    return Caller(token.name, UNRESTRICTED if token.unrestricted else AccessScope.of(token.principals))
 
 
 class TokenTable:
@@ -52,7 +65,7 @@ class TokenTable:
     every request's ``Authorization`` header through :meth:`verify_token`)."""
 
     def __init__(self, tokens: Sequence[TokenConfig]) -> None:
-        self._entries = [(bytes.fromhex(t.sha256), Caller(t.name, tuple(t.principals))) for t in tokens]
+        self._entries = [(bytes.fromhex(t.sha256), _caller(t)) for t in tokens]
 
     def __bool__(self) -> bool:
         return bool(self._entries)
@@ -73,11 +86,11 @@ class TokenTable:
 
     async def verify_token(self, token: str) -> AccessToken | None:
         caller = self.caller(token)
-        if caller is None or caller.name is None:
+        if caller is None or caller.name is None or caller.scope is None:
             return None
-        return AccessToken(
-            token="", client_id=caller.name, scopes=[], claims={"principals": list(caller.principals or ())}
-        )
+        access = caller.scope.filter
+        claims = {"unrestricted": True} if access is None else {"principals": list(access)}
+        return AccessToken(token="", client_id=caller.name, scopes=[], claims=claims)
 
 
 def caller_of(user: Any) -> Caller:
@@ -86,4 +99,7 @@ def caller_of(user: Any) -> Caller:
     token = getattr(user, "access_token", None)
     if not isinstance(token, AccessToken):
         return ANONYMOUS
-    return Caller(token.client_id, tuple((token.claims or {}).get("principals", ())))
+    claims = token.claims or {}
+    if claims.get("unrestricted") is True:
+        return Caller(token.client_id, UNRESTRICTED)
+    return Caller(token.client_id, AccessScope.of(claims.get("principals", ())))
