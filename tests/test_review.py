@@ -1,6 +1,9 @@
 """The review UI (lookup_knowledge/review, docs/review.md) in a real headless Chromium (Selenium)
-against a real uvicorn on loopback, over the sample knowledge base with one restricted document,
-recorded calls of three callers and two small eval runs of the sample evaluation set.
+against a real ``serve`` on loopback: the app ``lookup-knowledge serve`` runs (``serve_app``: the
+API and the review pages at ``/``) under uvicorn, over the sample knowledge base with one
+document only ``hr`` may see, three tokens made by ``new_token`` (an unrestricted admin, ``hr``,
+``contractor``), the calls those tokens made through the JSON API, and three small eval runs of
+the sample evaluation set (two made without principals, one as ``hr``).
 
 Bad input is checked over plain HTTP: a clear message in the page, never a stack trace.
 Screenshots of every page at a laptop's and a phone's width go to
@@ -9,10 +12,10 @@ Screenshots of every page at a laptop's and a phone's width go to
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -22,17 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import write_markdown
+from conftest import make_config, write_markdown
 
 from lookup_knowledge import AgentLookup, KnowledgeTool, ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.recorder import InvocationRecorder
-from lookup_knowledge.adapters.search import AccessScope
 from lookup_knowledge.agent.lookup import invocation_db_url
 from lookup_knowledge.cli.render import has_graphviz
 from lookup_knowledge.config import Config
+from lookup_knowledge.review.evals import run_folders
 
-uvicorn = pytest.importorskip("uvicorn", reason="the review extra is not installed")
-from lookup_knowledge.review import request_token, review_app  # noqa: E402
+pytest.importorskip("uvicorn", reason="the review extra is not installed")
+pytest.importorskip("mcp", reason="the serve extra is not installed")
+import httpx  # noqa: E402
+from serve_fixtures import READY_WAIT_S, auth, live, wait_ready  # noqa: E402
+
+from lookup_knowledge.serve.app import review_pages, serve_app  # noqa: E402
+from lookup_knowledge.serve.tokens import new_token  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -55,28 +63,27 @@ SECRET_MARKERS = (
     "hrsecretmarker",
     "hr/salary-bands",
 )  # only that doc holds these
-TOKENS = {  # token -> the reviewer's principals, as a host's token table would map them
-    "tok-admin": AccessScope(),
-    "tok-hr": AccessScope.of(["hr"]),
-    "tok-contractor": AccessScope.of(["contractor"]),
+ISSUED = {  # who -> (the token, its serve.tokens entry), as `lookup-knowledge token` makes them
+    "admin": new_token("admin", unrestricted=True),
+    "hr": new_token("hr", ["hr"]),
+    "contractor": new_token("contractor", ["contractor"]),
 }
+TOKEN = {who: token for who, (token, _) in ISSUED.items()}
+CALLS = {"hr": SALARY_QUESTION, "admin": SALARY_QUESTION, "contractor": REFUND_QUESTION}  # in this order
 
 
 @dataclass
 class Site:
     url: str
     config: Config
-    records: dict[str, int]  # caller -> the id of its recorded salary or refund call
+    records: dict[str, int]  # token -> the id of the call it made through the JSON API (CALLS)
     evals: Path
+    agent: AgentLookup
 
 
-def _principals_of(request: object) -> AccessScope | None:
-    token = request_token(request)  # type: ignore[arg-type]
-    return TOKENS.get(token) if token else None
-
-
-def _two_eval_runs(tool: KnowledgeTool, config: Config, root: Path) -> None:
-    """Two small runs of the sample evaluation set: the configuration in force and dense-only."""
+def _eval_runs(tool: KnowledgeTool, config: Config, root: Path) -> None:
+    """Three small runs of the sample evaluation set: the configuration in force and dense-only,
+    both made without principals (as ``eval`` makes them), and one made as ``hr``."""
     from lookup_knowledge.eval.data import beir_to_parquet, load_eval_queries, relevance
     from lookup_knowledge.eval.evaluation import evaluate
     from lookup_knowledge.eval.report import write_eval_outputs
@@ -86,15 +93,19 @@ def _two_eval_runs(tool: KnowledgeTool, config: Config, root: Path) -> None:
     queries = load_eval_queries(queries_file).head(12)
     judged = relevance(queries)
     write_eval_outputs(evaluate(tool, queries, judged), root / "hybrid", "Hybrid", config)
-    dense = tool.variant(
-        load_config(overrides={"store.path": str(config.store.path), "retrieval.mode": "dense"})
-    )
-    write_eval_outputs(evaluate(dense, queries, judged), root / "dense", "Dense", config)
+    store = str(config.store.path)
+    for name, title, setting in (
+        ("dense", "Dense", {"retrieval.mode": "dense"}),
+        ("hr-only", "As hr", {"access.principals": ["hr"]}),
+    ):
+        variant = tool.variant(load_config(overrides={"store.path": store, **setting}))
+        write_eval_outputs(evaluate(variant, queries, judged), root / name, title, config)
 
 
 @pytest.fixture(scope="module")
 def site(sample_store: Path, embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:  # noqa: ANN001
-    """The review UI served by uvicorn on a free loopback port for the module's store."""
+    """``serve``'s app, its tokens the three of :data:`ISSUED`, on a free loopback port for the
+    module's store; the tokens' calls made through its JSON API."""
     extra = tmp_path_factory.mktemp("restricted-kb")
     write_markdown(
         extra, "hr/salary-bands.md",
@@ -102,43 +113,36 @@ def site(sample_store: Path, embedder, tmp_path_factory: pytest.TempPathFactory)
         "# Salary Bands Zq7\n\nStaff engineers are paid within salary band zq7 E5; hrsecretmarker. "
         "The salary bands are reviewed every spring by the people team.\n",
     )  # fmt: skip
-    config = load_config(overrides={"store.path": str(sample_store)})
+    config = make_config(sample_store, serve__tokens=[entry for _, entry in ISSUED.values()])
     ingest(extra, config, embedder=embedder)
     tool = KnowledgeTool(config, embedder=embedder)
-    recorder = InvocationRecorder(invocation_db_url(config))
-    agent = AgentLookup(tool, recorder)
-    records = {
-        "hr": agent.call(SALARY_QUESTION, "hr-session", principals=["hr"]),
-        "admin": agent.call(SALARY_QUESTION, "admin-session"),
-        "contractor": agent.call(REFUND_QUESTION, "contractor-session", principals=["contractor"]),
-    }
-    assert SECRET_DOC in records["hr"].model_dump_json()  # the restricted document is there to leak
+    agent = AgentLookup(tool, InvocationRecorder(invocation_db_url(config)))
     evals = tmp_path_factory.mktemp("evals")
-    _two_eval_runs(tool, config, evals)
-    app = review_app(lambda: tool, recorder, [evals], _principals_of)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    ids = {who: result.retrieval_trace.invocation_record.id for who, result in records.items()}
-    yield Site(f"http://127.0.0.1:{sock.getsockname()[1]}", config, ids, evals)
-    server.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
-    tool.close()
-    recorder.close()
+    _eval_runs(tool, config, evals)
+    with live(serve_app(config, agent, eval_dirs=[evals])) as url:  # closes the agent when it stops
+        wait_ready(url)
+        answers = {
+            who: httpx.post(
+                f"{url}/v1/lookup", json={"query": question, "session": f"{who}-session"},
+                headers=auth(TOKEN[who]), timeout=READY_WAIT_S,
+            ).json()
+            for who, question in CALLS.items()
+        }  # fmt: skip
+        for who in ("hr", "admin"):  # the restricted document is there to leak: both may see it
+            assert any(
+                block["evidenceKey"].startswith(f"{SECRET_DOC}#") for block in answers[who]["evidenceBlocks"]
+            )
+        ids = {who: answer["retrievalTrace"]["invocationRecord"]["id"] for who, answer in answers.items()}
+        yield Site(url, config, ids, evals, agent)
 
 
-def _get(site: Site, path: str, token: str | None = "tok-admin") -> tuple[int, str]:
+def _get(site: Site, path: str, token: str | None = TOKEN["admin"]) -> tuple[int, str]:
     request = urllib.request.Request(site.url + path)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, response.read().decode("utf-8")
+            return response.status, response.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode("utf-8")
 
@@ -180,11 +184,15 @@ def test_a_request_without_a_known_token_gets_the_sign_in_page(site: Site) -> No
         code, body = _get(site, "/records", token)
         assert code == 401 and 'name="token"' in body
         assert "Recorded calls" not in body
+    code, body = _get(site, "/login", None)
+    assert code == 401 and 'name="token"' in body and "not accepted" not in body
+    code, body = _get(site, "/login")  # signed in already: on to Ask, not told its token was refused
+    assert code == 200 and 'id="q"' in body and "not accepted" not in body
 
 
 def test_a_sign_in_posted_from_another_site_is_refused(site: Site) -> None:
     """A login CSRF: another page posting its own token into the reviewer's browser."""
-    body = urllib.parse.urlencode({"token": "tok-admin"}).encode()
+    body = urllib.parse.urlencode({"token": TOKEN["admin"]}).encode()
     for origin, status in (("http://evil.example", 403), (site.url, 303)):
         request = urllib.request.Request(site.url + "/login", data=body, headers={"Origin": origin})
         opener = urllib.request.build_opener(_NoRedirect)
@@ -207,12 +215,74 @@ def test_records_filter_by_session_status_and_time(site: Site) -> None:
     ids = [site.records[who] for who in ("hr", "admin", "contractor")]
     positions = [everything.index(f">{row_id}</a>") for row_id in ids]
     assert positions == sorted(positions, reverse=True)  # newest first
-    _, one_session = _get(site, "/records?session=hr-session")
+    _, one_session = _get(site, "/records?session=" + urllib.parse.quote("hr/hr-session"))
     assert f">{site.records['hr']}</a>" in one_session and f">{site.records['admin']}</a>" not in one_session
     _, future = _get(site, "/records?since=2999-01-01T00:00")
     assert "No recorded call you may see matches" in future
     _, past = _get(site, "/records?until=2999-01-01T00:00&status=evidence")
     assert f">{site.records['contractor']}</a>" in past
+
+
+def _listed(page: str, row_id: int) -> bool:
+    return f">{row_id}</a>" in page
+
+
+def test_an_unrestricted_token_sees_the_calls_and_runs_made_without_principals(site: Site) -> None:
+    """The admin token (``unrestricted: true``) sees every call and eval run, those made without
+    principals included; a token with principals sees only calls and runs restricted to them:
+    never one made without principals (it could hold any document)."""
+    admin_call = site.records["admin"]
+    _, listed = _get(site, "/records")
+    assert all(_listed(listed, row_id) for row_id in site.records.values())
+    code, page = _get(site, f"/records/{admin_call}")
+    assert code == 200 and SECRET_DOC in page  # its own call, made without principals
+    _, runs = _get(site, "/evals")
+    assert all(f">{name}</a>" in runs for name in ("hybrid", "dense", "hr-only"))
+    assert 'id="restricted-runs"' not in runs
+    assert _get(site, "/evals/compare?a=hybrid&b=dense")[0] == 200
+    plot = run_folders([site.evals])["dense"].plots()[0]
+    assert _get(site, f"/evals/dense/{plot}")[0] == 200
+
+    for who in ("hr", "contractor"):
+        _, listed = _get(site, "/records", TOKEN[who])
+        assert _listed(listed, site.records[who])  # the control: its own call is there
+        assert not _listed(listed, admin_call)
+        assert _get(site, f"/records/{admin_call}", TOKEN[who])[0] == 404
+        assert _get(site, f"/records/{admin_call}/rerun", TOKEN[who])[0] == 404
+        code, runs = _get(site, "/evals", TOKEN[who])
+        assert code == 200 and 'id="restricted-runs"' in runs  # the page says why runs are missing
+        assert ">hybrid</a>" not in runs and ">dense</a>" not in runs
+        assert (">hr-only</a>" in runs) == (who == "hr")  # a run made as hr: for hr only
+        for path in ("/evals/hybrid/", f"/evals/dense/{plot}", "/evals/compare?a=hybrid&b=dense"):
+            assert _get(site, path, TOKEN[who])[0] == 404
+    assert _get(site, "/evals/hr-only/", TOKEN["hr"])[0] == 200
+    assert _get(site, "/evals/hr-only/", TOKEN["contractor"])[0] == 404
+
+
+def test_without_tokens_the_one_local_reviewer_is_unrestricted(site: Site) -> None:
+    """``serve`` with no tokens (loopback only): no sign-in, and the one reviewer is
+    ``access.principals``, unrestricted by default (as ``lookup-knowledge review``)."""
+    no_tokens = make_config(site.config.store.path)
+    assert no_tokens.serve.tokens == [] and no_tokens.access.principals is None
+    with live(review_pages(site.agent, no_tokens, [site.evals])) as url:
+        local = dataclasses.replace(site, url=url)
+        _, listed = _get(local, "/records", token=None)
+        assert all(_listed(listed, row_id) for row_id in site.records.values())
+        _, runs = _get(local, "/evals", token=None)
+        assert all(f">{name}</a>" in runs for name in ("hybrid", "dense", "hr-only"))
+        code, asked = _get(local, "/?q=" + urllib.parse.quote(SALARY_QUESTION), token=None)
+        assert code == 200 and SECRET_DOC in asked
+
+
+@pytest.mark.parametrize("token", ["", "   ", "x" * 5000])
+def test_a_sign_in_without_a_usable_token_is_asked_again(site: Site, token: str) -> None:
+    body = urllib.parse.urlencode({"token": token}).encode()
+    request = urllib.request.Request(site.url + "/login", data=body, headers={"Origin": site.url})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    page = refused.value.read().decode("utf-8")
+    assert refused.value.code == 401 and "paste the token you were given" in page
+    assert refused.value.headers.get("set-cookie") is None and "Traceback" not in page
 
 
 # --- in the browser ---------------------------------------------------------------------------
@@ -291,7 +361,11 @@ def _text(browser, element_id: str) -> str:  # noqa: ANN001
 
 
 @needs_browser
-def test_sign_in_keeps_the_token_in_an_http_only_same_site_strict_cookie(browser, site: Site) -> None:  # noqa: ANN001
+def test_sign_in_keeps_the_token_in_an_http_only_same_site_strict_cookie(
+    browser,  # noqa: ANN001
+    site: Site,
+    screenshots: Path,
+) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.wait import WebDriverWait
@@ -302,7 +376,8 @@ def test_sign_in_keeps_the_token_in_an_http_only_same_site_strict_cookie(browser
     browser.find_element(By.ID, "token").submit()
     WebDriverWait(browser, 60).until(expected_conditions.presence_of_element_located((By.ID, "message")))
     assert "that token was not accepted" in _text(browser, "message")
-    _sign_in(browser, site, "tok-admin")
+    browser.save_screenshot(str(screenshots / "login-1280.png"))
+    _sign_in(browser, site, TOKEN["admin"])
     cookie = browser.get_cookies()[0]
     assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
     assert browser.execute_script("return document.cookie") == ""  # no script can read it
@@ -314,7 +389,7 @@ def test_ask_by_keyboard_shows_the_verdict_and_the_blocks(browser, site: Site, s
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    _sign_in(browser, site, "tok-admin")
+    _sign_in(browser, site, TOKEN["admin"])
     _open(browser, site.url + "/")
     for _ in range(10):  # skip link, the page links, sign out: then the question box
         ActionChains(browser).send_keys(Keys.TAB).perform()
@@ -346,7 +421,7 @@ def test_ask_by_keyboard_shows_the_verdict_and_the_blocks(browser, site: Site, s
 def test_a_record_opens_from_its_stored_trace_and_reruns(browser, site: Site, screenshots: Path) -> None:  # noqa: ANN001
     from selenium.webdriver.common.by import By
 
-    _sign_in(browser, site, "tok-admin")
+    _sign_in(browser, site, TOKEN["admin"])
     _open(browser, site.url + "/records")
     browser.save_screenshot(str(screenshots / "records-1280.png"))
     browser.find_element(By.LINK_TEXT, str(site.records["contractor"])).click()
@@ -375,7 +450,7 @@ def test_two_eval_runs_side_by_side(browser, site: Site, screenshots: Path) -> N
     from lookup_knowledge.eval.compare import comparison_table
     from lookup_knowledge.review.evals import load_run, run_folders
 
-    _sign_in(browser, site, "tok-admin")
+    _sign_in(browser, site, TOKEN["admin"])
     _open(browser, site.url + "/evals")
     runs = browser.find_element(By.ID, "runs").text
     assert "dense" in runs and "hybrid" in runs
@@ -417,11 +492,12 @@ def test_two_eval_runs_side_by_side(browser, site: Site, screenshots: Path) -> N
 
 @needs_browser
 def test_phone_width_scrolls_no_page_sideways(browser, site: Site, screenshots: Path) -> None:  # noqa: ANN001
-    _sign_in(browser, site, "tok-admin")
+    _sign_in(browser, site, TOKEN["admin"])
     pages = {
         "ask": "/?q=" + urllib.parse.quote(REFUND_QUESTION), "path": "/path?q=kafka+consumer+lag",
         "records": "/records", "record": f"/records/{site.records['admin']}", "evals": "/evals",
         "run": "/evals/hybrid/", "compare": "/evals/compare?a=hybrid&b=dense", "message": "/records?since=x",
+        "rerun": f"/records/{site.records['contractor']}/rerun",
     }  # fmt: skip
     browser.set_window_size(390, 844)
     try:
@@ -432,31 +508,44 @@ def test_phone_width_scrolls_no_page_sideways(browser, site: Site, screenshots: 
             )
             assert wide[0] <= wide[1], f"{name} scrolls sideways at 390 px: {wide}"
             browser.save_screenshot(str(screenshots / f"{name}-390.png"))
+        browser.delete_all_cookies()
+        _open(browser, site.url + "/login")
+        assert browser.execute_script(
+            "return document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+        )
+        browser.save_screenshot(str(screenshots / "login-390.png"))
     finally:
         browser.set_window_size(1280, 900)
 
 
 @needs_browser
-def test_a_reviewer_never_sees_a_document_its_principals_may_not(browser, site: Site) -> None:  # noqa: ANN001
+def test_a_reviewer_never_sees_a_document_its_principals_may_not(
+    browser,  # noqa: ANN001
+    site: Site,
+    screenshots: Path,
+) -> None:
     salary = "/?q=" + urllib.parse.quote(SALARY_QUESTION)
-    _sign_in(browser, site, "tok-hr")  # the control: one allowed sees it, so the check can fail
+    _sign_in(browser, site, TOKEN["hr"])  # the control: one allowed sees it, so the check can fail
     _open(browser, site.url + salary)
     assert SECRET_DOC in browser.page_source
 
-    _sign_in(browser, site, "tok-contractor")
+    _sign_in(browser, site, TOKEN["contractor"])
     visited = [
         salary, salary + "&principals=hr&principal=hr", "/path?q=" + urllib.parse.quote(SALARY_QUESTION),
-        "/records", "/records?session=hr-session", f"/records/{site.records['hr']}",
+        "/records", "/records?session=hr%2Fhr-session", f"/records/{site.records['hr']}",
         f"/records/{site.records['admin']}", f"/records/{site.records['hr']}/rerun",
         f"/records/{site.records['hr']}/path", f"/records/{site.records['contractor']}", "/evals",
-        "/evals/hybrid/", "/evals/compare?a=hybrid&b=dense",
+        "/evals/hybrid/", "/evals/hr-only/", "/evals/compare?a=hybrid&b=dense",
     ]  # fmt: skip
     leaks = []
+    shots = {"/evals": "evals-restricted-1280.png", f"/records/{site.records['admin']}": "message-1280.png"}
     for path in visited:
         _open(browser, site.url + path)
         leaks += [
             (path, marker) for marker in SECRET_MARKERS if marker.lower() in browser.page_source.lower()
         ]
+        if path in shots:
+            browser.save_screenshot(str(screenshots / shots[path]))
     assert leaks == []
     listed = _open(browser, site.url + "/records")  # its own call is there; the others' are not
     assert f">{site.records['contractor']}</a>" in listed
@@ -476,7 +565,7 @@ def test_the_review_command_serves_the_pages_on_loopback_as_one_reviewer(site: S
     store = f"store.path={site.config.store.path}"
     args = [str(cli), "review", "--set", store, "--principal", "contractor", "--port", str(port)]
     server = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    local = Site(f"http://127.0.0.1:{port}", site.config, site.records, site.evals)
+    local = dataclasses.replace(site, url=f"http://127.0.0.1:{port}")
     try:
         for _ in range(600):  # the model loads first
             try:

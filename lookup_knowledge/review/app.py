@@ -346,6 +346,8 @@ class ReviewPages:
 
     async def sign_in(self, request: Request) -> Response:
         if request.method == "GET":
+            if self.principals_of(request) is not None:  # signed in already, or no sign-in needed
+                return RedirectResponse(request.url_for("ask"), status_code=303)
             return self.sign_in_page(request)
         if not self.token_sign_in:
             raise HTTPException(404)
