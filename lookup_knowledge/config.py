@@ -409,5 +409,6 @@ def _describe(exc: ValidationError) -> str:
     for error in exc.errors():
         key = ".".join(str(part) for part in error["loc"]) or "<root>"
         message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        message = message.removeprefix("Value error, ")  # a validator's own sentence, as it wrote it
         lines.append(f"{key}: {message}")
     return "invalid configuration: " + "; ".join(lines)
