@@ -42,6 +42,7 @@ from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore, engine_queries
 from lookup_knowledge.adapters.recorder import InvocationRecorder
 from lookup_knowledge.adapters.search import (
+    UNRESTRICTED,
     AccessScope,
     KnowledgeStore,
     SearchRequest,
@@ -394,6 +395,26 @@ def test_configured_principals_are_the_default_and_verify_answer_hides_invisible
     statuses = {c.status for c in verdict.citations} | {c.status for c in again.citations}
     assert statuses == {"unknown_key"}  # as if it did not exist, even once another scope got it
     assert [c.status for c in public.citations] == ["not_returned"]  # a document it may see exists
+
+
+def test_an_access_scope_is_taken_as_it_is_even_unrestricted_over_configured_principals(hr_kb: Path) -> None:
+    """What ``serve`` passes for a token's caller: its :class:`AccessScope` itself, neither read
+    as names nor replaced by ``access.principals`` (an unrestricted token on a server whose
+    default caller is restricted sees every document)."""
+    config = _hr_config(hr_kb, access__principals=["contractor"])
+    recorder = InvocationRecorder(invocation_db_url(config))
+    with AgentLookup(KnowledgeTool(config, embedder=EMBEDDER), recorder) as agent:
+        default = agent.call(HR_QUERY, "scope-session")
+        everything = agent.call(HR_QUERY, "scope-session", principals=UNRESTRICTED)
+        hr = agent.call(HR_QUERY, "hr-session", principals=AccessScope.of(["hr"]))
+        keys = [block.evidence_key for block in everything.evidence_blocks]
+        key = next(key for key in keys if key.startswith("hr-leave#"))
+        verdict = agent.verify_answer(f"Leave is 20 days [{key}].", "scope-session", principals=UNRESTRICTED)
+    traces = [result.retrieval_trace for result in (default, everything, hr)]
+    filters = [trace.access_filter for trace in traces if trace]
+    assert filters == [["contractor", "public"], None, ["hr", "public"]]
+    assert "hr-leave" not in _json(default) and "hr-leave" in _json(hr)
+    assert [c.status for c in verdict.citations] == ["ok"]
 
 
 def test_mcp_server_serves_its_configured_identity_through_the_sdk_client(hr_kb: Path) -> None:
