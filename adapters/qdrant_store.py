@@ -71,9 +71,19 @@ class QdrantStore(KnowledgeStore):
         fields = [BREADCRUMB_FIELD, CONTENT_FIELD, EMBEDDING_MODEL_FIELD]
         return {
             (payload.get(BREADCRUMB_FIELD) or "", payload.get(CONTENT_FIELD) or ""): list(vector)
-            for payload, vector in self._document_points(list(doc_ids), fields)
+            for _, payload, vector in self._document_points(list(doc_ids), fields, dense=True)
             if payload.get(EMBEDDING_MODEL_FIELD) == source and vector is not None
         }
+
+    def chunk_texts(self, doc_ids: Sequence[str]) -> dict[str, list[tuple[Any, str]]]:
+        if not doc_ids:
+            return {}
+        chunks: dict[str, list[tuple[int, Any, str]]] = {}
+        fields = [DOC_ID_FIELD, CHUNK_INDEX_FIELD, CONTENT_FIELD]
+        for point_id, payload, _ in self._document_points(list(doc_ids), fields, dense=False):
+            chunk = (int(payload.get(CHUNK_INDEX_FIELD) or 0), point_id, payload.get(CONTENT_FIELD) or "")
+            chunks.setdefault(payload[DOC_ID_FIELD], []).append(chunk)
+        return {doc_id: [(pid, text) for _, pid, text in sorted(found)] for doc_id, found in chunks.items()}
 
     @abstractmethod
     def _points_estimate(self) -> int:
@@ -82,9 +92,10 @@ class QdrantStore(KnowledgeStore):
 
     @abstractmethod
     def _document_points(
-        self, doc_ids: list[str], fields: list[str]
-    ) -> Iterator[tuple[Mapping[str, Any], Sequence[float] | None]]:
-        """The payload ``fields`` and the dense vector of every point of ``doc_ids``, page by page."""
+        self, doc_ids: list[str], fields: list[str], *, dense: bool
+    ) -> Iterator[tuple[Any, Mapping[str, Any], Sequence[float] | None]]:
+        """The id, payload ``fields`` and (``dense``) dense vector of every point of ``doc_ids``,
+        page by page."""
 
     @abstractmethod
     def _first_payloads(
@@ -426,6 +437,14 @@ def _ranked(
         return [(p.id, p.score, p.payload, p.vector) for p in points]
     kept = _untied([(p.id, p.score, p) for p in points], bm25)[: request.top_k]
     return [(pid, score, p.payload, p.vector) for pid, score, p in kept]
+
+
+def points_by_value(values: Mapping[Any, str]) -> dict[str, list[Any]]:
+    """Point ids grouped by the value each is to get: one payload update per value."""
+    grouped: dict[str, list[Any]] = {}
+    for point_id, value in values.items():
+        grouped.setdefault(value, []).append(point_id)
+    return grouped
 
 
 def float_list(vector: Sequence[float]) -> list[float]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,6 +24,7 @@ from .payload import (
     DOC_HASH_FIELD,
     DOC_ID_FIELD,
     EVIDENCE_KEY_FIELD,
+    LANGUAGE_FIELD,
     SOURCE_FIELD,
     SOURCE_FILE_FIELD,
     TITLE_FIELD,
@@ -251,6 +253,13 @@ class StoredDocument:
     source_version: str | None = None  # the version of the file its chunks were ingested from
     accesses: frozenset[tuple[str, ...] | None] = field(default=frozenset(), compare=False)  # its
     # chunks' access fields (None: a chunk written before access control)
+    languages: Mapping[str | None, int] = field(default_factory=dict, compare=False)  # its chunks
+    # per language (None: a chunk without one: written before languages, or not detected)
+
+    @property
+    def lacks_languages(self) -> bool:
+        """Some stored chunk has no language (written before languages, or without the identifier)."""
+        return None in self.languages
 
     def holds_access(self, access: Sequence[str]) -> bool:
         """Every stored chunk carries exactly ``access``."""
@@ -271,6 +280,7 @@ def stored_documents(payloads: Iterable[Mapping[str, Any]]) -> dict[str, StoredD
     sources: dict[str, str] = {}
     file_versions: dict[str, str | None] = {}
     accesses: dict[str, set[tuple[str, ...] | None]] = {}
+    languages: dict[str, Counter[str | None]] = {}
     for payload in payloads:
         doc_id = payload[DOC_ID_FIELD]
         version = (payload.get(DOC_HASH_FIELD, ""), int(payload.get(DOC_CHUNKS_FIELD, 0)))
@@ -281,13 +291,14 @@ def stored_documents(payloads: Iterable[Mapping[str, Any]]) -> dict[str, StoredD
         file_versions.setdefault(doc_id, stamp.get("version") if isinstance(stamp, Mapping) else None)
         access = payload.get(ACCESS_FIELD)
         accesses.setdefault(doc_id, set()).add(tuple(access) if isinstance(access, list) else None)
+        languages.setdefault(doc_id, Counter())[payload.get(LANGUAGE_FIELD)] += 1
     documents = {}
     for doc_id, versions in counts.items():
         complete: dict[str, bool] = {}
         for (doc_hash, expected), found in versions.items():
             complete[doc_hash] = complete.get(doc_hash, True) and found == expected
         documents[doc_id] = StoredDocument(
-            sources[doc_id], complete, file_versions[doc_id], frozenset(accesses[doc_id])
+            sources[doc_id], complete, file_versions[doc_id], frozenset(accesses[doc_id]), languages[doc_id]
         )
     return documents
 
@@ -354,6 +365,16 @@ class KnowledgeStore(KnowledgeSearchPort):
     @abstractmethod
     def set_access(self, doc_id: str, access: Sequence[str]) -> None:
         """Set the access field of every chunk of ``doc_id`` (one payload update by filter)."""
+
+    @abstractmethod
+    def chunk_texts(self, doc_ids: Sequence[str]) -> dict[str, list[tuple[Any, str]]]:
+        """The stored chunks of ``doc_ids`` as (point id, content), each document's in chunk
+        order: what a chunk's language is read from."""
+
+    @abstractmethod
+    def set_languages(self, languages: Mapping[Any, str]) -> None:
+        """Set the language field of each point given by id: one payload update per language,
+        no vector written."""
 
     def write_documents(self, chunks: Sequence[StoredChunk]) -> None:
         """Write whole documents: every chunk of their new versions, then delete their old ones.

@@ -1,8 +1,10 @@
 """The context pack: evidence rendered for the prompt under a character budget.
 
 Each block is a header (its rank, evidence key, source and breadcrumb, or title) and its content;
-the hit reasons join the header only with ``context.hit_reasons`` (they explain the ranking to a
-reviewer, and cost a model ~150 characters per block). The top block is always packed: when its
+a block whose language is known and not the question's ends its header's first line with
+``[language: zh]``, so the agent knows the evidence is in another language. The hit reasons join
+the header only with ``context.hit_reasons`` (they explain the ranking to a reviewer, and cost a
+model ~150 characters per block). The top block is always packed: when its
 header alone exceeds the budget, its content is cut to :data:`MIN_CONTENT_CHARS`, never its
 metadata, and ``charsUsed`` says by how much the budget was passed.
 """
@@ -19,11 +21,14 @@ INSTRUCTION_NOTE = (
 )
 
 
-def _header(block: EvidenceBlock, hit_reasons: bool) -> str:
+def _header(block: EvidenceBlock, hit_reasons: bool, query_language: str) -> str:
     where = " > ".join(part for part in (block.source, block.breadcrumb or block.title) if part)
+    other = block.language is not None and block.language != query_language
+    language = f" [language: {block.language}]" if other else ""
     reasons = f"\nhit reasons: {', '.join(block.hit_reasons)}" if hit_reasons else ""
     note = INSTRUCTION_NOTE if block.instruction_like else ""
-    return f"[{block.rank}] {block.evidence_key}" + (f" | {where}" if where else "") + reasons + "\n" + note
+    first = f"[{block.rank}] {block.evidence_key}" + (f" | {where}" if where else "") + language
+    return first + reasons + "\n" + note
 
 
 def _fit(content: str, room: int) -> tuple[str, bool]:
@@ -33,10 +38,13 @@ def _fit(content: str, room: int) -> tuple[str, bool]:
 
 
 def context_pack(
-    evidence_blocks: list[EvidenceBlock], context_budget_chars: int, context_hit_reasons: bool
+    evidence_blocks: list[EvidenceBlock],
+    context_budget_chars: int,
+    context_hit_reasons: bool,
+    query_language: str,
 ) -> ContextPack:
     """Blocks in reranked order; content truncated (never metadata), duplicates packed once, the
-    top block always."""
+    top block always; a block not in the question's language (``query_language``) marked."""
     parts: list[str] = []
     items: list[PackedItem] = []
     omitted: list[str] = []
@@ -48,7 +56,7 @@ def context_pack(
         if text in packed_texts:
             duplicates[block.evidence_key] = packed_texts[text]
             continue
-        header = _header(block, context_hit_reasons)
+        header = _header(block, context_hit_reasons, query_language)
         sep = SEPARATOR if parts else ""
         room = context_budget_chars - used - len(sep) - len(header)
         least = min(MIN_CONTENT_CHARS, len(text))

@@ -17,6 +17,7 @@ from lookup_knowledge.adapters.payload import (
     HEADING_PATH_FIELD,
     INGESTED_AT_FIELD,
     KEYWORDS_FIELD,
+    LANGUAGE_FIELD,
     LOCATION_FIELD,
     SOURCE_FIELD,
     TITLE_FIELD,
@@ -338,6 +339,7 @@ def _evidence_block(row: Mapping[str, Any], source_file: SourceFile | None) -> E
     return EvidenceBlock(
         **{name: row[name] for name in _BLOCK_FIELDS},
         category=", ".join(row["categories"]) or None,
+        language=row["payload"].get(LANGUAGE_FIELD),
         location=_block_location(row["payload"]),
         source_path=source_file.display_path if source_file else None,
         source_version=source_file.version if source_file else None,

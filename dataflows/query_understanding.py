@@ -28,9 +28,9 @@ def query_sparse_vector(query: str) -> SparseVector:
     return bm25_encoder().embed_query(query)
 
 
-@config.when_in(l1_enabled=[True], retrieval_mode=["hybrid"], multilingual_search=["auto", "always"])
 def query_language(query: str) -> str:
-    """The query's language (ISO 639-1, ``en`` when unsure), among the multilingual encoder's."""
+    """The query's language (ISO 639-1, ``en`` when unsure), among the multilingual encoder's;
+    without the ``multilingual`` extra, Chinese or Japanese by its script, else ``en``."""
     from lookup_knowledge.adapters.multilingual import language_of
 
     return language_of(query)

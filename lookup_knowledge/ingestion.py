@@ -35,7 +35,8 @@ from lookup_knowledge.adapters.documents import DocumentLimits, forget_converted
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.errors import StoreUnavailableError
 from lookup_knowledge.adapters.l0_index import L0Document, L0Index
-from lookup_knowledge.adapters.payload import ChunkPayload, LocationPayload
+from lookup_knowledge.adapters.multilingual import chunk_languages, multilingual_installed
+from lookup_knowledge.adapters.payload import LANGUAGE_FIELD, ChunkPayload, LocationPayload
 from lookup_knowledge.adapters.search import KnowledgeStore, StoredChunk, StoredDocument, evidence_key
 from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
 from lookup_knowledge.chunking import CHUNKING, EMBEDDED_TEXT, Chunk, SourceSpan, chunk_document
@@ -53,6 +54,7 @@ from lookup_knowledge.stores import (
 NO_TEXT = "no body text, only a title or headings: nothing to cite"
 logger = logging.getLogger("lookup_knowledge.ingest")
 EMBED_GROUP = 512  # chunks embedded and written per step (bounded memory, steady progress)
+LANGUAGE_GROUP = 256  # unchanged documents whose chunks' languages are read and set per step
 
 
 @dataclass
@@ -67,6 +69,7 @@ class IngestReport:
     pruned: int = 0  # stored documents removed: their source gone (prune) or left with no text
     chunks_written: int = 0
     chunks_embedded: int = 0  # of those written: the rest reused their old version's vector (same text)
+    languages_added: int = 0  # unchanged documents whose chunks got their language (a payload update)
     points_in_store: int = 0
     skipped: list[SkippedFile] = field(default_factory=list)
     seconds: float = 0.0
@@ -81,6 +84,7 @@ class _PendingChunk:
     ingested_at: str
     access: tuple[str, ...]
     source: str  # vector_source: the model and the form of the embedded text
+    language: str | None  # the chunk's language (None: not detected)
 
 
 def ingest(
@@ -183,6 +187,7 @@ def _sync(
     gone = sorted({*gone, *(changes.textless.keys() & stored.keys())})  # a page now without text too
     with phases.phase("indexing"):
         regranted = _index(config, store, stored, documents, changed, access, gone)
+        languages_added = _add_languages(documents, changed, stored, store)
     updated = sum(doc.doc_id in stored for doc in changed) + regranted
     return IngestReport(
         source="",
@@ -193,6 +198,7 @@ def _sync(
         pruned=len(gone),
         chunks_written=total,
         chunks_embedded=embedded,
+        languages_added=languages_added,
         skipped=skipped,
     )
 
@@ -293,6 +299,31 @@ def _set_access(
     return len(regranted)
 
 
+def _add_languages(
+    documents: list[SourceDocument],
+    changed: list[SourceDocument],
+    stored: dict[str, StoredDocument],
+    store: KnowledgeStore,
+) -> int:
+    """Give the chunks of the unchanged documents stored without languages (a store from before
+    them, or ingested without the ``multilingual`` extra) their language: their text read back,
+    one payload update per language, no new embedding; none without the identifier. Returns how
+    many documents were updated."""
+    if not multilingual_installed():
+        return 0
+    written = {doc.doc_id for doc in changed}
+    lacking = [d.doc_id for d in documents if d.doc_id not in written and stored[d.doc_id].lacks_languages]
+    for start in range(0, len(lacking), LANGUAGE_GROUP):
+        texts = store.chunk_texts(lacking[start : start + LANGUAGE_GROUP])
+        store.set_languages({
+            point_id: language
+            for chunks in texts.values()
+            for (point_id, _), language in zip(chunks, chunk_languages([t for _, t in chunks]), strict=True)
+            if language is not None
+        })  # fmt: skip
+    return len(lacking)
+
+
 def _prunable(
     stored: dict[str, StoredDocument], hashes: dict[str, str], skipped: list[SkippedFile]
 ) -> list[str]:
@@ -351,9 +382,10 @@ def _write(
                     ingested_at,
                     access[doc.doc_id],
                     source,
+                    language,
                 )
                 for doc in group
-                for chunk in chunks[doc.doc_id]
+                for chunk, language in zip(chunks[doc.doc_id], _languages(chunks[doc.doc_id]), strict=True)
             ]
             replaced = [doc.doc_id for doc in group if doc.doc_id in stored]
             waiting.append(_embedding(pending, embedder, store, replaced, source, worker, phase, step))
@@ -439,6 +471,12 @@ def _embedded(embedder: Embedder, texts: list[str], step: int, phase: Phase) -> 
     return vectors
 
 
+def _languages(chunks: list[Chunk]) -> list[str | None]:
+    """A document's chunks' languages, read from their content (not the breadcrumb: an English
+    title may head a page in another language)."""
+    return chunk_languages([chunk.content for chunk in chunks])
+
+
 def _text_key(pending: _PendingChunk) -> tuple[str, str]:
     """What a stored vector is reused by: the chunk's embedded text (breadcrumb and content)."""
     return pending.chunk.breadcrumb, pending.chunk.content
@@ -495,7 +533,7 @@ def _groups(
 
 def _payload(pending: _PendingChunk) -> ChunkPayload:
     doc, chunk = pending.doc, pending.chunk
-    return ChunkPayload(
+    payload = ChunkPayload(
         evidence_key=evidence_key(doc.doc_id, chunk.chunk_index),
         doc_id=doc.doc_id,
         chunk_index=chunk.chunk_index,
@@ -518,6 +556,9 @@ def _payload(pending: _PendingChunk) -> ChunkPayload:
         access=list(pending.access),
         embedding_model=pending.source,
     )
+    if pending.language is not None:  # absent: not detected, so a later ingest may add it
+        payload[LANGUAGE_FIELD] = pending.language
+    return payload
 
 
 def _location_payload(location: SourceSpan) -> LocationPayload:

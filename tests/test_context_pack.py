@@ -22,6 +22,7 @@ def block(
     source: str | None = None,
     breadcrumb: str | None = None,
     reasons: tuple[str, ...] = ("vector:filtered",),
+    language: str | None = None,
 ) -> EvidenceBlock:
     doc_id, _, chunk = key.partition("#chunk-")
     return EvidenceBlock(
@@ -38,6 +39,7 @@ def block(
         rerank_score=0.5,
         rank=rank,
         hit_reasons=list(reasons),
+        language=language,
     )
 
 
@@ -72,9 +74,10 @@ BLOCKS = [
 ]
 
 
-def context_pack(blocks: list[EvidenceBlock], budget: int, hit_reasons: bool = True):
-    """The pack with hit reasons in each header (the longer header: the harder budget)."""
-    return pack_with(blocks, budget, hit_reasons)
+def context_pack(blocks: list[EvidenceBlock], budget: int, hit_reasons: bool = True, language: str = "en"):
+    """The pack with hit reasons in each header (the longer header: the harder budget), for a
+    question in ``language``."""
+    return pack_with(blocks, budget, hit_reasons, language)
 
 
 FULL = context_pack(BLOCKS, 100_000)
@@ -188,11 +191,32 @@ def test_budget_below_the_top_header_still_packs_the_top_block():
 
 
 def test_hit_reasons_join_the_header_only_when_configured():
-    terse = pack_with(BLOCKS[:1], 100_000, False)
+    terse = context_pack(BLOCKS[:1], 100_000, False)
     assert "hit reasons" not in terse.text
     assert terse.text.startswith("[1] refunds#chunk-0 | payments/refund-policy.md > Refund Policy > Approval")
     assert terse.items[0].hit_reasons == list(BLOCKS[0].hit_reasons)  # kept in the structured items
     assert "hit reasons: vector:filtered, l0_keyword:refund" in context_pack(BLOCKS[:1], 100_000).text
+
+
+def test_a_block_in_another_language_than_the_question_is_marked():
+    text = "发票申请必须在付款完成后 180 天内提出。"
+    chinese = block(
+        "fapiao#chunk-3", 2, text, source="support/fapiao.md", breadcrumb="发票申请流程", language="zh"
+    )
+    english = block(
+        "refunds#chunk-0", 1, words(20, "alpha"), source="payments/refund-policy.md", language="en"
+    )
+    unknown = block("vector:7f3a", 3, words(20, "delta"))  # a store from before languages
+    pack = context_pack([english, chinese, unknown], 100_000, False)
+    headers = [line for line in pack.text.splitlines() if line.startswith("[")]
+    assert headers == [
+        "[1] refunds#chunk-0 | payments/refund-policy.md > Title of refunds",
+        "[2] fapiao#chunk-3 | support/fapiao.md > 发票申请流程 [language: zh]",
+        "[3] vector:7f3a | Title of vector:7f3a",
+    ]
+    in_chinese = context_pack([english, chinese, unknown], 100_000, False, language="zh")
+    assert "[language: en]" in in_chinese.text and "[language: zh]" not in in_chinese.text
+    assert "[language:" not in context_pack(BLOCKS, 100_000).text  # no languages known: no marker
 
 
 def test_duplicate_content_under_two_keys_is_packed_once():
