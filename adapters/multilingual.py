@@ -42,6 +42,11 @@ def multilingual_installed() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in EXTRAS["multilingual"])
 
 
+def identifies_languages() -> bool:
+    """Whether the language identifier (``py3langid``, of the ``multilingual`` extra) is installed."""
+    return importlib.util.find_spec("py3langid") is not None
+
+
 class MultilingualEmbedder(Embedder):
     """USE multilingual v3 on this process's CPU, loaded on first use and shared per process.
 
@@ -101,8 +106,8 @@ def _loaded(threads: int) -> Any:
 
 def language_of(text: str) -> str:
     """The text's language, an ISO 639-1 code among :data:`LANGUAGES`; ``en`` when the guess is
-    weaker than :data:`LANGUAGE_CONFIDENCE` or the text has no letters (without the extra: its
-    :func:`script_language`, else ``en``).
+    weaker than :data:`LANGUAGE_CONFIDENCE` or the text has no letters (without the identifier:
+    its :func:`script_language`, else ``en``).
 
     >>> language_of("Berechtigungen aktualisieren"), language_of("git status")  # doctest: +SKIP
     ('de', 'en')
@@ -114,12 +119,12 @@ def chunk_languages(texts: Sequence[str]) -> list[str | None]:
     """The languages of one document's chunks (``texts``, in order): each chunk's own guess; a
     chunk whose guess is weaker than :data:`LANGUAGE_CONFIDENCE` (a short list, a code block)
     takes the language most of the document's other chunks are confidently in, else ``en``.
-    Without the extra, each chunk's :func:`script_language` (``None``: unknown).
+    Without the identifier, each chunk's :func:`script_language` (``None``: unknown).
 
     >>> chunk_languages(["如何申请增值税专用发票", "`kubectl get pods`"])  # doctest: +SKIP
     ['zh', 'zh']
     """
-    if not multilingual_installed():
+    if not identifies_languages():
         return [script_language(text) for text in texts]
     guesses = [_confident_language(text) for text in texts]
     most = Counter(guess for guess in guesses if guess).most_common(1)
@@ -138,10 +143,10 @@ def script_language(text: str) -> str | None:
 
 def _confident_language(text: str) -> str | None:
     """The identifier's guess, ``None`` when weaker than :data:`LANGUAGE_CONFIDENCE` or the text
-    has no letters; without the extra, :func:`script_language`."""
+    has no letters; without the identifier, :func:`script_language`."""
     if not any(c.isalpha() for c in text):
         return None
-    if not multilingual_installed():
+    if not identifies_languages():
         return script_language(text)
     language, confidence = _identifier().classify(text)
     return str(language) if confidence >= LANGUAGE_CONFIDENCE else None

@@ -35,7 +35,7 @@ from lookup_knowledge.adapters.documents import DocumentLimits, forget_converted
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.errors import StoreUnavailableError
 from lookup_knowledge.adapters.l0_index import L0Document, L0Index
-from lookup_knowledge.adapters.multilingual import chunk_languages, multilingual_installed
+from lookup_knowledge.adapters.multilingual import chunk_languages, identifies_languages
 from lookup_knowledge.adapters.payload import LANGUAGE_FIELD, ChunkPayload, LocationPayload
 from lookup_knowledge.adapters.search import KnowledgeStore, StoredChunk, StoredDocument, evidence_key
 from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
@@ -309,7 +309,7 @@ def _add_languages(
     them, or ingested without the ``multilingual`` extra) their language: their text read back,
     one payload update per language, no new embedding; none without the identifier. Returns how
     many documents were updated."""
-    if not multilingual_installed():
+    if not identifies_languages():
         return 0
     written = {doc.doc_id for doc in changed}
     lacking = [d.doc_id for d in documents if d.doc_id not in written and stored[d.doc_id].lacks_languages]

@@ -57,6 +57,7 @@ BLOCK_FIELDS = {
     "rank",
     "hitReasons",
     "instructionLike",
+    "language",
     "location",
     "ingestedAt",
     "sourcePath",

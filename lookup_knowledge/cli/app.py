@@ -449,11 +449,17 @@ def info_command(
         ("store", f"{facts['store']['backend']} at {facts['store']['location']}"),
         ("documents / chunks", f"{facts['store']['documents']} / {facts['store']['chunks']}"),
         ("multilingual vectors", "yes" if facts["store"]["multilingual_vectors"] else "no"),
+        ("chunk languages", _languages_line(facts["store"]["chunk_languages"])),
         ("store problem", facts["store"]["problem"] or "none"),
     ]
     console.print(facts_table("lookup-knowledge", rows))
     console.print("configuration in force:")
     console.print(yaml.safe_dump(facts["config"], sort_keys=False, allow_unicode=True), highlight=False)
+
+
+def _languages_line(counts: dict[str, int]) -> str:
+    """``en 195, zh 8``: the stored chunks per language (``unknown``: stored without one)."""
+    return ", ".join(f"{language} {n}" for language, n in counts.items()) or "none"
 
 
 DIAGRAMS = Path("visualizations")

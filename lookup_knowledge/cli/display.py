@@ -72,6 +72,8 @@ def print_result(console: Console, result: LookupResult) -> None:
         "[dim]matched: each search's rank, the L0 hints matched (--json: every hit reason)[/]",
         highlight=False,
     )
+    if any(block.language not in (None, "en") for block in result.evidence_blocks):
+        console.print("[dim]under #: the block's language where it is not English[/]", highlight=False)
     if result.context_pack is not None:  # unboxed: a line of the document keeps the full width
         summary = result.context_pack.summary
         console.print(Rule(f"Context pack ({summary.chars_used}/{summary.budget_chars} chars)"))
@@ -94,7 +96,8 @@ def verdict_line(result: LookupResult) -> str:
 
 def evidence_table(blocks: list[EvidenceBlock]) -> Table:
     """One row per block, three lines at most at 80 columns: the evidence key, the source where
-    the key does not name it, and the terse hit reasons under it; the scores beside."""
+    the key does not name it, and the terse hit reasons under it; the rank, and under it the
+    block's language when it is known and not English; the scores beside."""
     table = Table(title="Evidence", box=box.SIMPLE_HEAD)
     table.add_column("#", no_wrap=True)
     table.add_column("evidence key / source / matched", overflow="fold")
@@ -106,7 +109,10 @@ def evidence_table(blocks: list[EvidenceBlock]) -> Table:
             cell.append(f"\n{visible(block.source)}", style="dim")
         if reasons := terse_reasons(block.hit_reasons):
             cell.append(f"\n{visible(reasons)}", style="italic")
-        table.add_row(str(block.rank), cell, f"{block.normalized_score:.3f}", f"{block.rerank_score:.3f}")
+        rank = Text(str(block.rank))
+        if block.language not in (None, "en"):
+            rank.append(f"\n{visible(block.language)}", style="dim")
+        table.add_row(rank, cell, f"{block.normalized_score:.3f}", f"{block.rerank_score:.3f}")
     return table
 
 

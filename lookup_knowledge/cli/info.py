@@ -7,13 +7,18 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from lookup_knowledge.adapters.embedder import EncodePath
 from lookup_knowledge.adapters.errors import StoreError
 from lookup_knowledge.adapters.redaction import mask_secrets
+from lookup_knowledge.adapters.search import StoredDocument
 from lookup_knowledge.config import Config
 from lookup_knowledge.stores import build_embedder, open_store
+
+UNKNOWN_LANGUAGE = "unknown"  # language_counts' key for the chunks stored without a language
 
 
 def describe(config: Config) -> dict[str, Any]:
@@ -65,19 +70,30 @@ def _store_facts(config: Config, dimension: int) -> dict[str, Any]:
     location = mask_secrets(store.url) if store.url else str(local)
     facts: dict[str, Any] = {
         "backend": store.backend, "location": location, "documents": 0, "chunks": 0,
-        "multilingual_vectors": False,
+        "multilingual_vectors": False, "chunk_languages": {},
     }  # fmt: skip
     try:
         opened = open_store(config, dimension, create=False)
     except StoreError as exc:  # missing (ingest first), down, or held by another process
         return {**facts, "problem": str(exc)}
     try:
+        documents = opened.documents()
         return {
             **facts,
-            "documents": len(opened.documents()),
+            "documents": len(documents),
             "chunks": opened.count(),
             "multilingual_vectors": opened.multilingual_vectors,  # docs/multilingual.md
+            "chunk_languages": language_counts(documents.values()),
             "problem": None,
         }
     finally:
         opened.close()
+
+
+def language_counts(documents: Iterable[StoredDocument]) -> dict[str, int]:
+    """How many stored chunks are in each language, most first; ``unknown``: chunks without one
+    (a store from before languages, or ingested without the language identifier)."""
+    counts: Counter[str] = Counter()
+    for document in documents:
+        counts.update({language or UNKNOWN_LANGUAGE: n for language, n in document.languages.items()})
+    return dict(counts.most_common())
