@@ -126,8 +126,9 @@ def test_stored_chunks_carry_evidence_payload(sample: SampleIngest, embedder) ->
 STORED_KEYS = {  # what every release since access control writes: a rename needs a re-ingest
     "evidence_key", "doc_id", "chunk_index", "content", "source", "title", "breadcrumb", "category",
     "keywords", "entities", "description", "doc_type", "doc_hash", "doc_chunks", "instruction_like_v1",
-    "location", "heading_path", "ingested_at", "source_file", "access", "embedding_model",
-}  # fmt: skip  # embedding_model: since vectors are reused (a store without it embeds all again)
+    "location", "heading_path", "ingested_at", "source_file", "access", "embedding_model", "language",
+}  # fmt: skip  # embedding_model: since vectors are reused (a store without it embeds all again);
+# language: since chunk languages (absent only when not detected: ingest adds it, docs/multilingual.md)
 
 
 def test_every_stored_payload_has_exactly_the_schemas_keys(sample: SampleIngest, embedder) -> None:

@@ -476,6 +476,29 @@ def test_documents_pages_through_the_store(loaded: KnowledgeStore, monkeypatch: 
     assert all(doc.holds_only(doc_hash(doc_id)) for doc_id, doc in loaded.documents().items())
 
 
+def test_chunk_texts_and_set_languages_give_chunks_a_language_without_rewriting_them(
+    filled: KnowledgeStore, vectors
+) -> None:
+    assert {doc_id: dict(doc.languages) for doc_id, doc in filled.documents().items()} == {
+        doc_id: {None: CHUNK_COUNTS[doc_id]} for doc_id in DOC_IDS
+    }  # chunks written without a language
+    texts = filled.chunk_texts(["refunds", "kafka"])
+    assert {doc_id: [text for _, text in chunks] for doc_id, chunks in texts.items()} == {
+        "refunds": [CHUNKS[0][3], CHUNKS[1][3]],  # in chunk order
+        "kafka": [CHUNKS[3][3]],
+    }
+    (refunds_0, _), (refunds_1, _) = texts["refunds"]
+    filled.set_languages({refunds_0: "en", refunds_1: "de", texts["kafka"][0][0]: "en"})
+    documents = filled.documents()
+    assert dict(documents["refunds"].languages) == {"en": 1, "de": 1}
+    assert dict(documents["kafka"].languages) == {"en": 1}
+    assert documents["postgres"].lacks_languages and not documents["kafka"].lacks_languages
+    assert filled.chunk_texts(["refunds"]) == {"refunds": texts["refunds"]}  # the same points, the same text
+    hits = filled.search(request(vectors, "kafka consumers are lagging", top_k=1))
+    assert hits[0].payload["language"] == "en" and hits[0].payload["content"] == CHUNKS[3][3]
+    assert filled.chunk_texts([]) == {}
+
+
 # --- the adapters agree -------------------------------------------------------------------------
 
 
