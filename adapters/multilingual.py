@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ LANGUAGES = ("ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "
 # below this confidence a question is taken as English: short commands and identifiers ("git
 # status", "kubectl get pods") get a weak guess of some other language
 LANGUAGE_CONFIDENCE = 0.5
+_HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")
 
 
 def multilingual_installed() -> bool:
@@ -112,7 +114,7 @@ def language_of(text: str) -> str:
     >>> language_of("Berechtigungen aktualisieren"), language_of("git status")  # doctest: +SKIP
     ('de', 'en')
     """
-    return _confident_language(text) or "en"
+    return confident_language(text) or "en"
 
 
 def chunk_languages(texts: Sequence[str]) -> list[str | None]:
@@ -126,22 +128,24 @@ def chunk_languages(texts: Sequence[str]) -> list[str | None]:
     """
     if not identifies_languages():
         return [script_language(text) for text in texts]
-    guesses = [_confident_language(text) for text in texts]
+    guesses = [confident_language(text) for text in texts]
     most = Counter(guess for guess in guesses if guess).most_common(1)
     document = most[0][0] if most else "en"
     return [guess or document for guess in guesses]
 
 
 def script_language(text: str) -> str | None:
-    """The language a text's script tells without the identifier: ``ja`` or ``zh`` for a text
-    mostly in Chinese or Japanese script (``script_of``), else ``None`` (Korean, and every
-    alphabetic script: the script alone does not tell English from German)."""
+    """The language a text's script tells without the identifier: for a text mostly in CJK
+    script (``script_of``), ``ko`` when it holds Hangul, ``ja`` kana, else ``zh``; ``None`` for
+    any other (the script alone does not tell English from German)."""
     from lookup_knowledge.calibration import script_of  # the lookup's own reading of CJK text
 
-    return cjk_language(text) if script_of(text) == "cjk" else None
+    if script_of(text) != "cjk":
+        return None
+    return "ko" if _HANGUL.search(text) else cjk_language(text)
 
 
-def _confident_language(text: str) -> str | None:
+def confident_language(text: str) -> str | None:
     """The identifier's guess, ``None`` when weaker than :data:`LANGUAGE_CONFIDENCE` or the text
     has no letters; without the identifier, :func:`script_language`."""
     if not any(c.isalpha() for c in text):

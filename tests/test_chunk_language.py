@@ -107,8 +107,9 @@ def test_without_the_identifier_only_cjk_script_is_guessed(monkeypatch: pytest.M
         "如何申请增值税专用发票",
         "Wie ändere ich die Zugriffsrechte?",
         "ネットワーク上のホストに到達できるか確認する",
+        "환불은 언제 되나요?",
     ]
-    assert chunk_languages(texts) == ["zh", None, "ja"]
+    assert chunk_languages(texts) == ["zh", None, "ja", "ko"]
     assert language_of("Wie ändere ich die Zugriffsrechte?") == "en"  # a question: English when unsure
     assert language_of("如何申请增值税专用发票") == "zh"
 
