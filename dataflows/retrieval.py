@@ -142,9 +142,9 @@ def search_request__hybrid(
     query_terms: dict[str, int],
     retrieve_k: int,
     hybrid_fusion: HybridFusion,
+    query_language: str,
     access_scope: tuple | None = None,
     multilingual_query_vector: np.ndarray | None = None,
-    query_language: str = "en",
 ) -> SearchRequest:
     """Hybrid search: a dense and a sparse prefetch fused inside the store, ``retrieve_k`` wide,
     every prefetch under the caller's access filter, each hit naming the query's terms it holds;
