@@ -226,6 +226,7 @@ def _print_ingest_report(report: IngestReport) -> None:
         ("new / updated / unchanged", f"{report.new} / {report.updated} / {report.unchanged}"),
         ("pruned", report.pruned),
         ("chunks written (embedded)", f"{report.chunks_written} ({report.chunks_embedded})"),
+        *([("languages added (documents)", report.languages_added)] if report.languages_added else []),
         ("points in store", report.points_in_store),
         ("skipped files", len(report.skipped)),
         ("seconds", f"{report.seconds:.1f}"),
