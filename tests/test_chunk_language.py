@@ -9,6 +9,7 @@ import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import pytest
 from conftest import make_config, write_corpus
 from dataflow_fixtures import FAPIAO_QUERY, REFUND_QUERY, SampleKB, make_tool
@@ -55,6 +56,17 @@ def test_a_chinese_block_for_an_english_question_is_marked_in_the_pack(sample_kb
     assert len(headers) == len(result.context_pack.items) >= 2
     for header in headers:
         assert header.endswith(" [language: zh]") == (f"] {CHINESE_DOC}#" in header)
+    _assert_valid(result)
+
+
+def _assert_valid(result: LookupResult) -> None:
+    """The result's contract JSON validates against the contract's own JSON schema."""
+    schema = LookupResult.model_json_schema(by_alias=True, mode="serialization")
+    jsonschema.Draft202012Validator(schema).validate(result.model_dump(by_alias=True, mode="json"))
+    assert schema["$defs"]["EvidenceBlock"]["properties"]["language"]["anyOf"] == [
+        {"type": "string"},
+        {"type": "null"},
+    ]
 
 
 def test_an_english_lookup_on_english_pages_has_no_marker(sample_kb: SampleKB, embedder) -> None:
@@ -153,6 +165,7 @@ def test_a_store_without_languages_answers_with_none_and_ingest_adds_them(unlabe
     assert result.found and result.evidence_blocks[0].doc_id == "refunds"
     assert result.evidence_blocks[0].language is None
     assert result.context_pack is not None and "[language:" not in result.context_pack.text
+    _assert_valid(result)
 
     report = ingest(kb, make_config(path, multilingual__vectors="off"), embedder=embedder)
     assert (report.languages_added, report.unchanged, report.chunks_written, report.chunks_embedded) == (
