@@ -3,7 +3,7 @@
 :class:`ChunkPayload` is the payload ingest writes; every reader (the store adapters, the
 dataflow's post-processing, the freshness check) names a field by its constant here. A store
 ingested by an older release may lack fields added since (``location``, ``source_file``,
-``access``, ...), so readers ``get`` them and treat a missing one as unknown.
+``access``, ``language``, ...), so readers ``get`` them and treat a missing one as unknown.
 
 >>> payload[DOC_ID_FIELD]  # doctest: +SKIP
 'kafka-consumer-lag'
