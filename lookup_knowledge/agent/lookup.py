@@ -16,11 +16,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Container, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
 
 from lookup_knowledge.adapters.l0_index import L0Document
+from lookup_knowledge.adapters.multilingual import language_of
 from lookup_knowledge.adapters.recorder import (
     CircuitBreaker,
     Invocation,
@@ -96,20 +98,24 @@ class AgentLookup:
         self._cold_start_ms: float | None = None  # reported by the next call, then cleared
         self._lock = threading.Lock()
 
-    def warm_up(self, principals: Any = None) -> float:
+    def warm_up(self, principals: Any = None, *, multilingual: bool = True) -> float:
         """Load the query models and run one unrecorded lookup now (a cold start: the model load
         takes seconds, a first search and a first encode of its shape tens of milliseconds), so
         that calls measure only themselves; the next call reports the time as
-        ``retrievalTrace.coldStartMs``. A model that fails to load is reported by each call
-        (``retrieval_failed``), not here. ``principals``: the callers' to come (their scope's
-        probe null is measured too). Returns the milliseconds it took."""
+        ``retrievalTrace.coldStartMs``. The models load side by side (threads: each spends most of
+        its time outside the GIL). ``multilingual``: load the multilingual encoder too (a server's
+        first question may need it; a single CLI question loads it only if it does). A model that
+        fails to load is reported by each call (``retrieval_failed``), not here. ``principals``:
+        the callers' to come (their scope's probe null is measured too). Returns the milliseconds
+        it took."""
         started = time.perf_counter()
-        try:
-            self.tool.embedder.embed_query("warm-up")
-            if self.tool.multilingual_embedder is not None:  # its 30 MB table, not in a first question
-                self.tool.multilingual_embedder.embed_query("warm-up")
-        except Exception as exc:
-            logger.warning("the embedding model did not load: %s", first_line(exc))
+        loads = [lambda: self.tool.embedder.embed_query("warm-up"), lambda: language_of("warm-up")]
+        if multilingual and self.tool.multilingual_embedder is not None:  # its 30 MB table
+            loads.append(lambda: self.tool.multilingual_embedder.embed_query("warm-up"))
+        with ThreadPoolExecutor(len(loads), thread_name_prefix="warm-up") as pool:
+            failed = [exc for exc in pool.map(_raised, loads) if exc is not None]
+        if failed:
+            logger.warning("the embedding model did not load: %s", first_line(failed[0]))
         else:
             self.tool.lookup("warm-up lookup of the knowledge base", principals=principals)  # never raises
         cold_start_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -348,3 +354,12 @@ def with_record_status(result: LookupResult, status: InvocationRecordStatus) -> 
         return result
     note = f" (This call was not recorded: {status.error})"
     return result.model_copy(update={"message": result.message + note})
+
+
+def _raised(load: Callable[[], object]) -> BaseException | None:
+    """What ``load()`` raised, or ``None``."""
+    try:
+        load()
+    except Exception as exc:
+        return exc
+    return None
