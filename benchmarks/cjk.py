@@ -11,8 +11,11 @@ unanswerable, chit-chat): the found=true share; for the answerable ones, the sha
 block is from an answering page (top-1) and the mean reciprocal rank of the first answering page
 among the returned blocks (MRR@10, whatever the verdict). Questions are split by their number:
 odd ones are ``dev`` (what a threshold may be chosen on), even ones ``test``; the table gives
-both. Prints the table, writes every lookup to ``--out`` (under ``--label``: runs of other code
-are kept beside it) and the table of ``docs/cjk.md`` between its markers.
+both. The written off-topic and chit-chat lines of ``multilingual_offtopic.json`` in the set's
+language (30 and 10, written for issue 53) are looked up on the same store, outside both halves
+(the ``all`` rows give their found share). Prints the table, writes every lookup to ``--out``
+(under ``--label``: runs of other code are kept beside it) and the table of ``docs/cjk.md``
+between its markers.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ console = Console()
 SETS = Path(__file__).with_name("sets")
 LANGUAGES = {"zh": "Chinese", "ja": "Japanese"}
 KINDS = ("answerable", "unanswerable", "chitchat")
+WRITTEN = Path(__file__).with_name("multilingual_offtopic.json")  # off-topic and chit-chat lines
 TARGETS = {"answerable": ">= 95%", "unanswerable": "<= 10%", "chitchat": "<= 5%", "top1": ">= 80%"}
 RETURNED = 10  # blocks read for MRR
 
@@ -52,6 +56,15 @@ def questions(lang: str) -> tuple[list[dict[str, Any]], dict[str, set[str]]]:
     return records, answers
 
 
+def written_lines(lang: str) -> list[dict[str, Any]]:
+    """The written off-topic and chit-chat lines in ``lang`` (``multilingual_offtopic.json``)."""
+    lines = json.loads(WRITTEN.read_text(encoding="utf-8"))["questions"]
+    return [
+        {"_id": f"{lang}-w{n:02d}", "text": q["text"], "kind": "written"}
+        for n, q in enumerate(q for q in lines if q["lang"] == lang)
+    ]
+
+
 def knowledge_base(lang: str, cache: Path) -> KnowledgeTool:
     """The set's store, ingested once (the cache holds it; an unchanged page is not re-ingested)."""
     tool, _ = prepared_tool(
@@ -67,13 +80,16 @@ def lookup_record(tool: KnowledgeTool, record: dict[str, Any], answers: set[str]
     verdict = result.retrieval_trace.evidence_verdict if result.retrieval_trace else None
     rank = next((n for n, doc in enumerate(documents, 1) if doc in answers), None)
     number = int(record["_id"].rsplit("-", 1)[1][1:])
+    written = record["kind"] == "written"
     return {
         "id": record["_id"],
         "text": record["text"],
         "kind": record["kind"],
-        "split": "dev" if number % 2 else "test",
+        "split": None if written else "dev" if number % 2 else "test",
         "found": result.found,
         "reason": verdict.reason if verdict else None,
+        "multilingual_top": verdict.multilingual_top if verdict else None,
+        "sentence_cosine": getattr(verdict, "sentence_cosine", None),  # None on code before it
         "query_terms": list(verdict.query_terms) if verdict else [],
         "matched_terms": list(verdict.matched_terms or []) if verdict else [],
         "informative": verdict.informative_coverage if verdict else None,
@@ -91,11 +107,12 @@ def summary(records: pd.DataFrame) -> dict[str, dict[str, Any]]:
             rows = records[records["lang"] == lang]
             rows = rows if split == "all" else rows[rows["split"] == split]
             answerable = rows[rows["kind"] == "answerable"]
+            kinds = (*KINDS, "written") if split == "all" else KINDS
             table[f"{lang}/{split}"] = {
-                **{kind: float(rows[rows["kind"] == kind]["found"].mean()) for kind in KINDS},
+                **{kind: float(rows[rows["kind"] == kind]["found"].mean()) for kind in kinds},
                 "top1": float(answerable["top1"].astype(bool).mean()),
                 "mrr@10": float(answerable["rr"].mean()),
-                "questions": {kind: int((rows["kind"] == kind).sum()) for kind in KINDS},
+                "questions": {kind: int((rows["kind"] == kind).sum()) for kind in kinds},
             }
     return table
 
@@ -104,8 +121,8 @@ def markdown(runs: dict[str, Any]) -> str:
     """The doc's table: every run kept (a label each), per language and split."""
     header = [
         "| run | language | split | answerable found | unanswerable found | chit-chat found | "
-        "answering page first | MRR@10 |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "answering page first | MRR@10 | written off-topic and chit-chat found |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines = []
     for label, run in runs.items():
@@ -115,7 +132,8 @@ def markdown(runs: dict[str, Any]) -> str:
             lines.append(
                 f"| {label} | {LANGUAGES[lang]} | {split} | "
                 + " | ".join(f"{row[kind]:.0%} of {n[kind]}" for kind in KINDS)
-                + f" | {row['top1']:.0%} | {row['mrr@10']:.2f} |"
+                + f" | {row['top1']:.0%} | {row['mrr@10']:.2f} | "
+                + (f"{row['written']:.0%} of {n['written']} |" if "written" in row else "|")
             )
     targets = (
         f"Targets: answerable found {TARGETS['answerable']}, unanswerable {TARGETS['unanswerable']}, "
@@ -127,12 +145,11 @@ def markdown(runs: dict[str, Any]) -> str:
 
 def print_table(label: str, table: dict[str, dict[str, Any]]) -> None:
     view = Table(title=f"CJK lookups ({label})")
-    for column in ("set", "answerable", "unanswerable", "chit-chat", "top-1", "MRR@10"):
+    for column in ("set", "answerable", "unanswerable", "chit-chat", "top-1", "MRR@10", "written"):
         view.add_column(column)
     for key, row in table.items():
-        view.add_row(
-            key, *(f"{row[k]:.0%}" for k in (*KINDS, "top1")), f"{row['mrr@10']:.2f}"
-        )  # fmt: skip
+        written = f"{row['written']:.0%}" if "written" in row else ""
+        view.add_row(key, *(f"{row[k]:.0%}" for k in (*KINDS, "top1")), f"{row['mrr@10']:.2f}", written)
     console.print(view)
 
 
@@ -151,6 +168,7 @@ def main() -> None:
             tool = knowledge_base(lang, args.cache)
             with tool:
                 items, answers = questions(lang)
+                items += written_lines(lang)
                 records += [
                     {"lang": lang, **lookup_record(tool, r, answers.get(r["_id"], set()))} for r in items
                 ]

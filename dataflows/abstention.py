@@ -24,20 +24,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+import numpy as np
 import pandas as pd
 from hamilton.function_modifiers import config
 
+from lookup_knowledge.adapters.cjk_words import passage_sentences
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.adapters.payload import TITLE_FIELD
+from lookup_knowledge.adapters.payload import LANGUAGE_FIELD, TITLE_FIELD
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.adapters.sparse import code_of, distinctive, made_of_codes
-from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, Script
+from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, Script, script_of
 from lookup_knowledge.contract import EvidenceVerdict, VerdictReason
 from lookup_knowledge.frames import column_values
 
 from .retrieval import SearchAttempt
 
-EVIDENCE_REASONS = ("plausible", "exact_code", "named_title", "informative_terms", "multilingual_match")
+EVIDENCE_REASONS = (
+    "plausible",
+    "exact_code",
+    "named_title",
+    "informative_terms",
+    "multilingual_match",
+    "sentence_match",
+)
+CJK_LANGUAGES = ("zh", "ja", "ko")
 _SAME = 1 - 1e-9  # an IDF read back at the unheld term's value, float rounding aside
 
 
@@ -64,6 +74,14 @@ class AbstentionPolicy:
     # the dense and word readings refused it: above the 200 written off-topic and chit-chat
     # questions' best on the tldr store (0.297) and the sample knowledge base (0.245); docs/multilingual.md
     multilingual_bar: float = 0.30
+    # a CJK question on pages in its own script (docs/cjk.md), its multilingual cosines: the chunk
+    # cosine (multilingual_top) words held by a best hit need, between the best word-held chit-chat
+    # line of the dev half (0.18, "お名前は？") and its lowest answerable question found (0.22); and the
+    # cosine of one sentence of a best hit that finds a question whose words that hit holds only in
+    # part, the lowest of 0.50-0.65 (dev half) that let no dev unanswerable question in beyond those
+    # the words let in (0.50 let in two)
+    cjk_multilingual_floor: float = 0.2
+    cjk_sentence_bar: float = 0.55
 
     def bar(self, probe_null: ProbeNull) -> float:
         """The margin a lookup needs on this store: ``strictness``, raised (``own_questions``) to
@@ -101,6 +119,21 @@ class AbstentionPolicy:
         if self.cjk_unheld_names and words.unheld_names:
             return "unheld_terms"
         return "plausible" if words.held >= self.cjk_informative else "uninformative_terms"
+
+    def cjk_meaning(
+        self, reason: VerdictReason, cjk_multilingual_top: float | None, sentence_cosine: float | None
+    ) -> VerdictReason:
+        """A CJK question's verdict once its meaning is read on the pages in its own script: words
+        a best hit holds (``plausible``) where those pages' best multilingual cosine stays under
+        :attr:`cjk_multilingual_floor`, ``below_multilingual_floor``; words held in part
+        (``uninformative_terms``) by a hit one of whose sentences reaches :attr:`cjk_sentence_bar`,
+        ``sentence_match``; else ``reason`` (``None`` readings: the leg did not run)."""
+        top = cjk_multilingual_top
+        if reason == "plausible" and top is not None:
+            return reason if top >= self.cjk_multilingual_floor else "below_multilingual_floor"
+        if reason == "uninformative_terms" and sentence_cosine is not None:
+            return "sentence_match" if sentence_cosine >= self.cjk_sentence_bar else reason
+        return reason
 
     def unheld_subject(self, margin: float, unheld: float | None, bar: float) -> bool:
         """Whether words no chunk holds carry what the question turns on ("maternity" of "What is
@@ -417,17 +450,79 @@ def multilingual_top(evidence_hits: list[SearchHit]) -> float | None:
     )
 
 
+def _in_cjk(hit: SearchHit) -> bool:
+    """Whether a hit is written in CJK: its chunk's language, else (a store without languages)
+    its text's script."""
+    language = hit.payload.get(LANGUAGE_FIELD)
+    return language in CJK_LANGUAGES if language else script_of(hit.content) == "cjk"
+
+
+def foreign_multilingual_top(evidence_hits: list[SearchHit], query_script: Script) -> float | None:
+    """:func:`multilingual_top` of the hits whose words the verdict could not read: for a CJK
+    question those not written in CJK (it reads its words on the others, and its meaning there:
+    :func:`cjk_multilingual_top`, :func:`sentence_cosine`); every hit for any other question."""
+    return multilingual_top([hit for hit in evidence_hits if query_script != "cjk" or not _in_cjk(hit)])
+
+
+def cjk_multilingual_top(evidence_hits: list[SearchHit], query_script: Script) -> float | None:
+    """For a CJK question, :func:`multilingual_top` of its hits written in CJK (where its words
+    are read); ``None`` for any other question."""
+    return multilingual_top([hit for hit in evidence_hits if _in_cjk(hit)]) if query_script == "cjk" else None
+
+
 def multilingual_reason(
-    verdict_reason: VerdictReason, multilingual_top: float | None, abstention_policy: AbstentionPolicy
+    verdict_reason: VerdictReason,
+    foreign_multilingual_top: float | None,
+    abstention_policy: AbstentionPolicy,
 ) -> VerdictReason:
     """``multilingual_match`` for a question the dense and word readings refused (its words are
-    not the store's language) whose best multilingual cosine reaches
-    :attr:`AbstentionPolicy.multilingual_bar`; else ``verdict_reason``. ``multilingual_top`` is
-    ``None`` for an English question: its verdict is the dense and word readings' alone."""
+    not the store's language) whose best multilingual cosine on hits in another script
+    (:func:`foreign_multilingual_top`) reaches :attr:`AbstentionPolicy.multilingual_bar`; else
+    ``verdict_reason``. That cosine is ``None`` for an English question: its verdict is the
+    dense and word readings' alone."""
     refused = verdict_reason not in (*EVIDENCE_REASONS, "no_candidates")
-    if refused and multilingual_top is not None and multilingual_top >= abstention_policy.multilingual_bar:
+    top = foreign_multilingual_top
+    if refused and top is not None and top >= abstention_policy.multilingual_bar:
         return "multilingual_match"
     return verdict_reason
+
+
+def sentence_cosine(
+    multilingual_reason: VerdictReason,
+    evidence_hits: list[SearchHit],
+    query_script: Script,
+    multilingual_embedder: Embedder | None,
+    abstention_policy: AbstentionPolicy,
+    multilingual_query_vector: np.ndarray | None = None,
+) -> float | None:
+    """The best multilingual cosine between a CJK question and one sentence
+    (:func:`passage_sentences`) of its best hits written in CJK, read only where it can change
+    the verdict: the words held in part (``uninformative_terms``) and the multilingual leg ran;
+    else ``None``. A chunk's vector averages its topics (an unanswerable question near a page's
+    topic scores as high as one the page answers); its answering sentence stands alone."""
+    vector = multilingual_query_vector
+    if multilingual_reason != "uninformative_terms" or query_script != "cjk" or vector is None:
+        return None
+    best = [hit for hit in evidence_hits[: abstention_policy.coverage_hits] if _in_cjk(hit)]
+    sentences = list(dict.fromkeys(s for hit in best for s in passage_sentences(hit.content)))
+    if not sentences or multilingual_embedder is None:
+        return None
+    return float(np.max(multilingual_embedder.embed_documents(sentences) @ vector))
+
+
+def cjk_meaning_reason(
+    multilingual_reason: VerdictReason,
+    cjk_multilingual_top: float | None,
+    sentence_cosine: float | None,
+    query_script: Script,
+    abstention_policy: AbstentionPolicy,
+) -> VerdictReason:
+    """For a CJK question, the verdict once the multilingual encoder read its meaning on the
+    pages in its script (:meth:`AbstentionPolicy.cjk_meaning`); ``multilingual_reason`` for any
+    other (its verdict is the same as without this node)."""
+    if query_script != "cjk":
+        return multilingual_reason
+    return abstention_policy.cjk_meaning(multilingual_reason, cjk_multilingual_top, sentence_cosine)
 
 
 class MarginReadings(TypedDict):
@@ -496,25 +591,29 @@ def term_readings(
 
 
 def evidence_verdict(
-    multilingual_reason: VerdictReason,
+    cjk_meaning_reason: VerdictReason,
     abstention_policy: AbstentionPolicy,
     margin_readings: MarginReadings,
     term_readings: TermReadings,
     top_block_hit: SearchHit | None,
     multilingual_top: float | None,
+    cjk_multilingual_top: float | None,
+    sentence_cosine: float | None,
 ) -> EvidenceVerdict:
-    """Whether the usable hits plausibly answer the question (``multilingual_reason``: the
-    verdict's reason, read again for a question in another language; every reason passes with
-    ``abstention.enabled`` off), with what that was read from."""
+    """Whether the usable hits plausibly answer the question (``cjk_meaning_reason``: the
+    verdict's reason, read again for a question in another language and for a CJK one's meaning;
+    every reason passes with ``abstention.enabled`` off), with what that was read from."""
     if top_block_hit is None:  # no hits: nothing read but the query's terms and the bar
         bar = {key: margin_readings[key] for key in ("strictness", "own_questions_p5")}
         return EvidenceVerdict(
             plausible=False, reason="no_candidates", query_terms=term_readings["query_terms"], **bar
         )
     return EvidenceVerdict(
-        plausible=not abstention_policy.enabled or multilingual_reason in EVIDENCE_REASONS,
-        reason=multilingual_reason,
+        plausible=not abstention_policy.enabled or cjk_meaning_reason in EVIDENCE_REASONS,
+        reason=cjk_meaning_reason,
         multilingual_top=multilingual_top,
+        cjk_multilingual_top=cjk_multilingual_top,
+        sentence_cosine=sentence_cosine,
         top_dense_rank=top_block_hit.dense_rank,
         top_sparse_rank=top_block_hit.sparse_rank,
         **margin_readings,

@@ -27,6 +27,8 @@ VerdictReason = Literal[
     "unheld_terms",
     "no_shared_terms",
     "multilingual_match",
+    "sentence_match",
+    "below_multilingual_floor",
 ]
 FallbackRule = Literal["relative", "threshold"]
 RetrievalMode = Literal["dense", "sparse", "hybrid"]
@@ -288,8 +290,13 @@ class EvidenceVerdict(ContractModel):
         "less than strictness with under 10%; unheld_terms: margin under twice strictness while words "
         "no chunk holds carry at least half of the query's information (unheld_share); "
         "multilingual_match: a question not in English (its multilingual leg ran) whose best hit's "
-        "multilingual cosine (multilingual_top) reaches the multilingual bar, where the dense and word "
-        "readings refused (docs/multilingual.md)"
+        "multilingual cosine (multilingual_top; for a CJK question, of its hits not written in CJK) "
+        "reaches the multilingual bar, where the dense and word readings refused (docs/multilingual.md); "
+        "sentence_match: a CJK question whose words the best hits hold only in part "
+        "(uninformative_terms) and one sentence of them is as close in meaning as the CJK sentence bar "
+        "(sentence_cosine); below_multilingual_floor: a CJK question whose words a best hit holds while "
+        "its hits written in CJK are far from it in meaning (cjk_multilingual_top under the CJK floor: "
+        "chit-chat whose words a page holds; docs/cjk.md)"
     )
     margin: float | None = Field(
         None,
@@ -303,6 +310,16 @@ class EvidenceVerdict(ContractModel):
         None,
         description="the best multilingual cosine among the candidates (None: the multilingual leg did "
         "not run: an English question, or a store without multilingual vectors)",
+    )
+    cjk_multilingual_top: float | None = Field(
+        None,
+        description="a CJK question: the best multilingual cosine among its hits written in CJK, where "
+        "its words are read (None: another question, no such hit, or no multilingual leg)",
+    )
+    sentence_cosine: float | None = Field(
+        None,
+        description="a CJK question whose words the best hits hold only in part: the best multilingual "
+        "cosine between it and one sentence of its best hits written in CJK (None: not read)",
     )
     dense_percentile: float | None = Field(
         None, description="share of the store's probe questions (it cannot answer) scoring below dense_top"
