@@ -31,7 +31,8 @@ _WORDY = re.compile(r"[^\W_]")  # a letter, digit or CJK character: punctuation 
 _KANA_END = re.compile("[\u3040-\u309f]+$")  # a verb's hiragana ending (作る -> 作, 並べる -> 並べ)
 # a paragraph, a Markdown line (a list item, quote, heading, table row, code), or a CJK sentence
 _SENTENCE_END = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+>#|`]|\d+\.))|(?<=[。！？])")
-_MARKUP = re.compile(r"^(?:[\s#>*`|+-]|\d+\.)+|[\s`|：:]+$")  # a Markdown line's markers and closing colon
+_MARKUP = re.compile(r"^(?:[\s>*`|+-]|\d+\.)+|[\s`|：:]+$")  # a Markdown line's markers and closing colon
+_HEADING = re.compile(r"\s*#")
 
 # jieba part-of-speech tags whose words carry no subject: pronouns and question words (r: 怎么,
 # 如何, 哪个), numerals and measures (m: 多久, 几个; q), adverbs (d), prepositions (p),
@@ -133,14 +134,15 @@ def cjk_words(text: str) -> tuple[str, ...] | None:
 def passage_sentences(text: str) -> tuple[str, ...]:
     """A passage's sentences as the multilingual encoder reads them against a question: its
     paragraphs and Markdown lines (a wrapped line joined again), split after a CJK full stop,
-    their Markdown markers and closing colon stripped; a piece without two letters or characters
-    left out.
+    their Markdown markers and closing colon stripped. Headings are left out (a topic's name,
+    often worded as a question: "如何申请退款" is as near "退款被拒绝了怎么办？" as to any refund
+    question), and so is a piece without two letters or characters.
 
-    >>> passage_sentences("- 创建存档并将其写入文件：\\n\\n`tar cf 目标.tar`")
+    >>> passage_sentences("## 如何申请退款\\n\\n- 创建存档并将其写入文件：\\n\\n`tar cf 目标.tar`")
     ('创建存档并将其写入文件', 'tar cf 目标.tar')
     """
-    pieces = (_MARKUP.sub("", " ".join(piece.split())) for piece in _SENTENCE_END.split(text))
-    return tuple(piece for piece in pieces if len(_WORDY.findall(piece)) >= 2)
+    pieces = (" ".join(piece.split()) for piece in _SENTENCE_END.split(text) if not _HEADING.match(piece))
+    return tuple(s for piece in pieces if len(_WORDY.findall(s := _MARKUP.sub("", piece))) >= 2)
 
 
 def _words_of(part: str, segment: Callable[[str], Iterator[str]]) -> Iterator[str]:

@@ -70,16 +70,17 @@ class AbstentionPolicy:
     informative_floor: float = 0.1  # the share the best hits must hold under twice the bar
     near_bar: tuple[float, float] = (0.3, 1.0)  # the share they must hold less than a unit above the bar
     unheld_share: float = 0.5  # the information in words no chunk holds that refuses under 2x the bar
-    # the multilingual cosine a question's best hit needs when that question is not in English and
-    # the dense and word readings refused it: above the 200 written off-topic and chit-chat
-    # questions' best on the tldr store (0.297) and the sample knowledge base (0.245); docs/multilingual.md
+    # the multilingual cosine a question's best hit (a CJK question's best not written in CJK) needs
+    # when that question is not in English and the dense and word readings refused it: above the
+    # 200 written off-topic and chit-chat questions' best on the tldr store (0.297) and the sample
+    # knowledge base (0.245); docs/multilingual.md
     multilingual_bar: float = 0.30
-    # a CJK question on pages in its own script (docs/cjk.md), its multilingual cosines: the chunk
-    # cosine (multilingual_top) words held by a best hit need, between the best word-held chit-chat
-    # line of the dev half (0.18, "お名前は？") and its lowest answerable question found (0.22); and the
-    # cosine of one sentence of a best hit that finds a question whose words that hit holds only in
-    # part, the lowest of 0.50-0.65 (dev half) that let no dev unanswerable question in beyond those
-    # the words let in (0.50 let in two)
+    # a CJK question on pages in its own script (docs/cjk.md), chosen on the dev half of
+    # benchmarks/sets/cjk-*: the multilingual cosine of those pages' best hit that words a best hit
+    # holds need, between the word-held chit-chat line (0.18, "お名前は？") and the lowest answerable
+    # question found by its words (0.22); and the cosine one sentence of a best hit needs to find a
+    # question whose words the hits hold only in part, above the best unanswerable one's (0.535;
+    # 0.50 let two in)
     cjk_multilingual_floor: float = 0.2
     cjk_sentence_bar: float = 0.55
 
