@@ -492,9 +492,9 @@ def sentence_cosine(
     multilingual_reason: VerdictReason,
     evidence_hits: list[SearchHit],
     query_script: Script,
-    multilingual_embedder: Embedder | None,
     abstention_policy: AbstentionPolicy,
     multilingual_query_vector: np.ndarray | None = None,
+    multilingual_embedder: Embedder | None = None,
 ) -> float | None:
     """The best multilingual cosine between a CJK question and one sentence
     (:func:`passage_sentences`) of its best hits written in CJK, read only where it can change
