@@ -550,6 +550,14 @@ class TermReadings(TypedDict):
     unheld_share: float | None
 
 
+class MeaningReadings(TypedDict):
+    """What the verdict read of the question's meaning by the multilingual encoder."""
+
+    multilingual_top: float | None
+    cjk_multilingual_top: float | None
+    sentence_cosine: float | None
+
+
 def margin_readings(
     probe_null: ProbeNull, dense_top: float | None, evidence_margin: float | None, evidence_bar: float
 ) -> MarginReadings:
@@ -591,15 +599,25 @@ def term_readings(
     )
 
 
+def meaning_readings(
+    multilingual_top: float | None, cjk_multilingual_top: float | None, sentence_cosine: float | None
+) -> MeaningReadings:
+    """The multilingual cosines the verdict read: the best hit's, a CJK question's best hit
+    written in CJK, and its best sentence's (``None``: not read)."""
+    return MeaningReadings(
+        multilingual_top=multilingual_top,
+        cjk_multilingual_top=cjk_multilingual_top,
+        sentence_cosine=sentence_cosine,
+    )
+
+
 def evidence_verdict(
     cjk_meaning_reason: VerdictReason,
     abstention_policy: AbstentionPolicy,
     margin_readings: MarginReadings,
     term_readings: TermReadings,
+    meaning_readings: MeaningReadings,
     top_block_hit: SearchHit | None,
-    multilingual_top: float | None,
-    cjk_multilingual_top: float | None,
-    sentence_cosine: float | None,
 ) -> EvidenceVerdict:
     """Whether the usable hits plausibly answer the question (``cjk_meaning_reason``: the
     verdict's reason, read again for a question in another language and for a CJK one's meaning;
@@ -612,11 +630,9 @@ def evidence_verdict(
     return EvidenceVerdict(
         plausible=not abstention_policy.enabled or cjk_meaning_reason in EVIDENCE_REASONS,
         reason=cjk_meaning_reason,
-        multilingual_top=multilingual_top,
-        cjk_multilingual_top=cjk_multilingual_top,
-        sentence_cosine=sentence_cosine,
         top_dense_rank=top_block_hit.dense_rank,
         top_sparse_rank=top_block_hit.sparse_rank,
         **margin_readings,
         **term_readings,
+        **meaning_readings,
     )
