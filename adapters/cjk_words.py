@@ -8,7 +8,9 @@ verbs, adjectives and Latin-script names, the question and function words left o
 "怎么", "の", "ますか"). Chinese is segmented by ``jieba`` (its part-of-speech tagger), Japanese
 (a question with kana) by ``janome`` (a pure-Python morphological analyser shipping the IPA
 dictionary). Both are loaded at the first CJK question; without them installed (the ``cjk``
-extra) :func:`cjk_words` returns ``None`` and the verdict reads character pairs.
+extra) :func:`cjk_words` returns ``None`` and the verdict reads character pairs. The sentences
+of a passage (:func:`passage_sentences`) are what the multilingual encoder reads against a CJK
+question whose words a page holds only in part.
 
 >>> cjk_words("退款多久到账？")  # doctest: +SKIP
 ('退款', '到', '账')
