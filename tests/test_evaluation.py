@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.adapters.search import Candidates, KnowledgeSearchPort, SearchRequest
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.eval.batch import CHUNK_SIZE, lookup_many
@@ -437,7 +437,7 @@ class _FreezeWatch(FaultySearchPort):
         super().__init__(inner)
         self.frozen: list[int] = []
 
-    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[Candidates]:
         self.frozen.append(gc.get_freeze_count())
         return super().search_batch(requests)
 

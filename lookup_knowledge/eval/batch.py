@@ -7,8 +7,9 @@ chunk go to the store as one ``search_batch``, and the DAG runs on from there wi
 answers as its ``l1_answers`` (and the nodes it already computed as overrides). The requests are
 the DAG's own, whatever fields its nodes put in them (filter, fallback companion, any later
 field), so a batched result equals the single-call result by construction. A search the DAG
-makes past that point (the ``threshold`` rule's retry) goes to the store live; a batch the store
-fails is asked again, per query, by the DAG's own ``l1_answers``, which traces the errors.
+makes past that point (a few-matches search fused again: ``fused_answers``; the ``threshold``
+rule's retry) goes to the store live; a batch the store fails is asked again, per query, by the
+DAG's own ``l1_answers``, which traces the errors.
 """
 
 from __future__ import annotations
