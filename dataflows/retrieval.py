@@ -272,11 +272,11 @@ def fused_answers(
         return l1_answers
     again = list(few_matches_requests.values())
     try:
-        refused = [SearchAnswer(candidates) for candidates in search_port.search_batch(again)]
+        fused_again = [SearchAnswer(candidates) for candidates in search_port.search_batch(again)]
     except Exception as exc:  # traced as the search's error, answered by the fallback
-        refused = [SearchAnswer(error=_error(exc))] * len(again)
+        fused_again = [SearchAnswer(error=_error(exc))] * len(again)
     answers = list(l1_answers)
-    for n, answer in zip(few_matches_requests, refused, strict=True):
+    for n, answer in zip(few_matches_requests, fused_again, strict=True):
         answers[n] = answer
     return answers
 

@@ -93,9 +93,9 @@ def searched_hits(
     Raises what the store raises."""
     answers = search_port.search_batch(requests)
     again = {
-        n: refused
+        n: search
         for n, (request, candidates) in enumerate(zip(requests, answers, strict=True))
-        if (refused := few_matches_search(request, candidates)) is not None
+        if (search := few_matches_search(request, candidates)) is not None
     }
     if again:
         for n, candidates in zip(again, search_port.search_batch(list(again.values())), strict=True):

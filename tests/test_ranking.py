@@ -108,8 +108,8 @@ def leg(matches: int) -> Candidates:
 )
 def test_a_hybrid_search_is_fused_again_only_below_the_few_matches_bar(matches: int, again: bool) -> None:
     request = hybrid(top_k=20, few_matches_fusion="rrf")
-    refused = few_matches_requests([request], [SearchAnswer(leg(matches))])
-    assert refused == ({0: replace(request, fusion="rrf")} if again else {})
+    to_fuse = few_matches_requests([request], [SearchAnswer(leg(matches))])
+    assert to_fuse == ({0: replace(request, fusion="rrf")} if again else {})
 
 
 def test_only_a_hybrid_search_with_another_few_matches_fusion_is_fused_again() -> None:
