@@ -385,10 +385,10 @@ def stored_cosines(
 ) -> list[dict[Any, float]]:
     """Each request's cosines of its :attr:`~ScoredPoints.missing_cosines` from their stored
     dense ``vectors`` (the engine stores them unit-length under cosine distance), for
-    :func:`found_candidates`. Reading the few vectors a lookup lacks (about 6 per SciFact lookup) costs
-    less than a dense search restricted to them (0.27 ms against 0.43 embedded). A point the
-    store did not give back, or whose vector is not a number (a search would not rank it), is
-    left out: its hit is then unreadable."""
+    :func:`found_candidates`. Reading the few vectors a lookup lacks costs less than a dense
+    search restricted to them (0.27 ms against 0.43 embedded). A point the store did not give
+    back, or whose vector is not a number (a search would not rank it), is left out: its hit is
+    then unreadable."""
     rows = {pid: np.asarray(v, dtype=np.float32) for pid, v in vectors.items() if v is not None}
     answers = []
     for s in scored:
