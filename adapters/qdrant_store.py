@@ -18,6 +18,7 @@ from lookup_knowledge.contract import FusionMethod
 from .errors import PointGoneError, StoreBackendError
 from .payload import BREADCRUMB_FIELD, CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD, EMBEDDING_MODEL_FIELD
 from .search import (
+    SCORE_DECIMALS,
     AccessFilter,
     Candidates,
     KnowledgeStore,
@@ -287,16 +288,30 @@ def found_candidates(
     is checked by :func:`complete_hits` (``stored``: the store's point count under a request's
     filters)."""
     searches = [_lists(request, results) for request in requests]
+    returned = [len(points) for _, points, _ in searches]
+    searches = [(request, _keepable(request, points), legs) for request, points, legs in searches]
     if ask_points is not None:
         searches = _read_back(searches, ask_points)
     scored = [ScoredPoints(request, points, legs) for request, points, legs in searches]
     asking = [s for s in scored if s.missing_cosines]
     answers = iter(ask_cosines(asking) if asking else [])
     found = []
-    for s in scored:
+    for s, count in zip(scored, returned, strict=True):
         found.append(s.candidates(next(answers) if s.missing_cosines else None))
-        complete_hits(s.request, len(s.points), stored)
+        complete_hits(s.request, count, stored)
     return found
+
+
+def _keepable(request: SearchRequest, points: list[Point]) -> list[Point]:
+    """Of a sparse or hybrid search's ranked points, those the DAG may keep, in the engine's
+    order: the ``top_k`` best scores and every point scoring as the ``top_k``-th does (to
+    :data:`~.search.SCORE_DECIMALS`), whatever order the DAG gives equal scores. Only these are
+    read and built: reading the ``TIE_SLACK`` points after them too, which rarely tie, cost
+    0.5 ms of a SciFact lookup."""
+    if request.mode == "dense" or len(points) <= request.top_k:
+        return points
+    bar = sorted((round(score, SCORE_DECIMALS) for _, score, *_ in points), reverse=True)[request.top_k - 1]
+    return [point for point in points if round(point[1], SCORE_DECIMALS) >= bar]
 
 
 Search = tuple[SearchRequest, list[Point], list[Leg]]  # a request's ranked points, its legs

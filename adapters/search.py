@@ -34,6 +34,7 @@ from .sparse import SparseVector, held_as_written
 
 PUBLIC_PRINCIPAL = "public"  # in a document's access: every caller; every restricted caller holds it
 TIE_SLACK = 8  # extra sparse/hybrid hits fetched so equal scores are cut by point id, not by chance
+SCORE_DECIMALS = 6  # scores equal to this many decimals are equal: the DAG orders them, a store gives all
 
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
 
@@ -241,9 +242,11 @@ class Candidates:
     """What the store answered to one search, as its engine ranked it.
 
     ``hits``: the points the search's ranked query returned, best first as the engine returned
-    them (dense: ``top_k``; sparse and hybrid: all ``ranked_width``, equal scores in whatever
-    order the engine left them), each with its dense cosine, its payload, matched terms and codes,
-    but no places. ``dense``, ``sparse`` and ``multilingual``: a hybrid search's legs run alone
+    them, each with its dense cosine, its payload, matched terms and codes, but no places: a dense
+    search's ``top_k``; of a sparse or hybrid search's ``ranked_width``, every point that any
+    order of equal scores (to :data:`SCORE_DECIMALS`) could keep in its ``top_k`` (the ``top_k``
+    best, and those after them scoring as the ``top_k``-th does), equal scores in whatever order
+    the engine left them. ``dense``, ``sparse`` and ``multilingual``: a hybrid search's legs run alone
     (its companions, ``ranked_width`` deep), each point's (id, score) in the engine's order; the
     multilingual one only with a ``multilingual_vector``. The DAG makes them the lookup's hits
     (:mod:`lookup_knowledge.ranking`).

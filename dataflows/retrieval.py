@@ -247,36 +247,28 @@ def l1_answers(l1_requests: list[SearchRequest], search_port: KnowledgeSearchPor
 
 
 @config.when(l1_enabled=True)
-def few_matches_requests(
-    l1_requests: list[SearchRequest], l1_answers: list[SearchAnswer]
-) -> dict[int, SearchRequest]:
-    """The hybrid searches to fuse again, by their place in ``l1_requests``: those whose BM25 leg
-    matched too few chunks for their fusion (:func:`~lookup_knowledge.ranking.few_matches_search`),
-    fused by ``retrieval.few_matches_fusion``."""
-    return {
-        n: again
-        for n, (request, answer) in enumerate(zip(l1_requests, l1_answers, strict=True))
-        if answer.candidates is not None and (again := few_matches_search(request, answer.candidates))
-    }
-
-
-@config.when(l1_enabled=True)
 def fused_answers(
-    l1_answers: list[SearchAnswer],
-    few_matches_requests: dict[int, SearchRequest],
-    search_port: KnowledgeSearchPort,
+    l1_requests: list[SearchRequest], l1_answers: list[SearchAnswer], search_port: KnowledgeSearchPort
 ) -> list[SearchAnswer]:
-    """Each request's answer as the lookup fuses it: the store's, or its few-matches search's,
-    asked in one more batch only when there is one (a failure is that request's error)."""
-    if not few_matches_requests:
+    """Each request's answer as the lookup fuses it: the store's, or, for a hybrid search whose
+    BM25 leg matched too few chunks for its fusion, the same search fused again by
+    ``retrieval.few_matches_fusion`` (:func:`~lookup_knowledge.ranking.few_matches_search`),
+    asked in one more batch only then (a failure is that request's error)."""
+    again = {
+        n: search
+        for n, (request, answer) in enumerate(zip(l1_requests, l1_answers, strict=True))
+        if answer.candidates is not None and (search := few_matches_search(request, answer.candidates))
+    }
+    if not again:
         return l1_answers
-    again = list(few_matches_requests.values())
     try:
-        fused_again = [SearchAnswer(candidates) for candidates in search_port.search_batch(again)]
+        fused_again = [
+            SearchAnswer(candidates) for candidates in search_port.search_batch(list(again.values()))
+        ]
     except Exception as exc:  # traced as the search's error, answered by the fallback
         fused_again = [SearchAnswer(error=_error(exc))] * len(again)
     answers = list(l1_answers)
-    for n, answer in zip(few_matches_requests, fused_again, strict=True):
+    for n, answer in zip(again, fused_again, strict=True):
         answers[n] = answer
     return answers
 

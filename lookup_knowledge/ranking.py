@@ -19,8 +19,8 @@ lookup reads, both made here, none in an adapter:
   point id, among the ``ranked_width`` fetched (``TIE_SLACK`` more), before the cut to ``top_k``;
   each hit is then placed in the dense, sparse and multilingual searches, their ties cut alike.
 
-The lookup DAG runs them as its nodes ``few_matches_requests``, ``fused_answers`` and
-``ranked_hits`` (``dataflows/retrieval.py``), so its trace shows them; :func:`searched_hits` runs
+The lookup DAG runs them as its nodes ``fused_answers`` and ``ranked_hits``
+(``dataflows/retrieval.py``), so its trace shows them; :func:`searched_hits` runs
 them for a search made outside those nodes (the probe null, the threshold rule's retry).
 """
 
@@ -30,10 +30,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from lookup_knowledge.adapters.search import Candidates, KnowledgeSearchPort, Scored, SearchHit, SearchRequest
+from lookup_knowledge.adapters.search import (
+    SCORE_DECIMALS,
+    Candidates,
+    KnowledgeSearchPort,
+    Scored,
+    SearchHit,
+    SearchRequest,
+)
 
 DBSF_FULL_SCALE = 11  # the fewest scores whose best DBSF can rescale to 1: (1 - 1/n) * sqrt(n) >= 3
-SCORE_DECIMALS = 6  # scores equal to this many decimals tie
 Places = dict[str, tuple[int, float]]  # a search's points: (place from 1, score)
 
 

@@ -195,7 +195,7 @@ RANKING_RULES = {
     name
     for name, member in vars(ranking).items()
     if inspect.isfunction(member) and member.__module__ == ranking.__name__
-} | {"DBSF_FULL_SCALE", "SCORE_DECIMALS"}
+} | {"DBSF_FULL_SCALE"}
 RANKING_WORDS = ("untie", "tie_break", "few_matches", "refus")  # a name that says it decides a ranking
 
 
@@ -216,8 +216,8 @@ def ranking_decisions(path: Path) -> set[str]:
 @pytest.mark.parametrize("path", sorted(ROOT.glob("adapters/*.py")), ids=str)
 def test_no_adapter_makes_a_ranking_decision(path: Path) -> None:
     """A store answers with its engine's lists as the engine ranked them; fusing a few-matches
-    search again and ordering equal scores are the DAG's (``few_matches_requests``,
-    ``fused_answers``, ``ranked_hits``), where the trace shows them."""
+    search again and ordering equal scores are the DAG's (``fused_answers``, ``ranked_hits``),
+    where the trace shows them."""
     assert ranking_decisions(path) == set()
 
 
@@ -234,7 +234,7 @@ def test_the_ranking_check_sees_a_tie_break_and_a_refusion(tmp_path: Path) -> No
 
 def test_the_ranking_decisions_are_nodes_the_trace_shows() -> None:
     graph = build_driver({"l0_enabled": True, "l1_enabled": True, "retrieval_mode": "hybrid"}).graph
-    assert {"few_matches_requests", "fused_answers", "ranked_hits"} <= set(graph.nodes)
+    assert {"fused_answers", "ranked_hits"} <= set(graph.nodes)
     assert "ranked_hits" in {node.name for node in graph.nodes["l1_searches"].dependencies}
 
 

@@ -1,8 +1,8 @@
 """The ranking rules the DAG applies to a store's candidates (``lookup_knowledge/ranking.py``), as
-its nodes ``few_matches_requests``, ``fused_answers`` and ``ranked_hits`` (dataflows/retrieval.py)
-called as plain functions: equal scores ordered by BM25 place, then point id; a hybrid search
-fused again only when its BM25 leg matched fewer chunks than the few-matches bar. The store part
-runs on a real embedded Qdrant store of hand-made vectors (no model)."""
+its nodes ``fused_answers`` and ``ranked_hits`` (dataflows/retrieval.py) called as plain
+functions: equal scores ordered by BM25 place, then point id; a hybrid search fused again only
+when its BM25 leg matched fewer chunks than the few-matches bar. The stores are real embedded
+Qdrant stores of hand-made vectors (no model)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,11 @@ from pathlib import Path
 import pytest
 from dataflow_fixtures import FaultySearchPort
 
-from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
+from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore, engine_queries
 from lookup_knowledge.adapters.search import Candidates, SearchHit, SearchRequest, StoredChunk
 from lookup_knowledge.adapters.sparse import SparseVector, bm25_encoder
-from lookup_knowledge.dataflows.retrieval import (
-    SearchAnswer,
-    few_matches_requests,
-    fused_answers,
-    l1_answers,
-    ranked_hits,
-)
-from lookup_knowledge.ranking import DBSF_FULL_SCALE
+from lookup_knowledge.dataflows.retrieval import SearchAnswer, fused_answers, l1_answers, ranked_hits
+from lookup_knowledge.ranking import DBSF_FULL_SCALE, few_matches_search
 
 BM25 = SparseVector((7,), (1.0,))
 
@@ -108,21 +102,18 @@ def leg(matches: int) -> Candidates:
 )
 def test_a_hybrid_search_is_fused_again_only_below_the_few_matches_bar(matches: int, again: bool) -> None:
     request = hybrid(top_k=20, few_matches_fusion="rrf")
-    to_fuse = few_matches_requests([request], [SearchAnswer(leg(matches))])
-    assert to_fuse == ({0: replace(request, fusion="rrf")} if again else {})
+    expected = replace(request, fusion="rrf") if again else None
+    assert few_matches_search(request, leg(matches)) == expected
 
 
 def test_only_a_hybrid_search_with_another_few_matches_fusion_is_fused_again() -> None:
-    few = SearchAnswer(leg(1))
-    requests = [
+    for request in (
         hybrid(few_matches_fusion=None),  # off
         hybrid(fusion="rrf", few_matches_fusion="rrf"),  # already so fused
         SearchRequest("q", [1.0, 0.0], 3, mode="sparse", sparse_vector=BM25, few_matches_fusion="rrf"),
-        hybrid(few_matches_fusion="rrf"),
-    ]
-    answers = [few, few, few, SearchAnswer(error="down")]  # a failed search is not asked again
-    assert few_matches_requests(requests, answers) == {}
-    assert list(few_matches_requests(requests, [few] * 4)) == [3]
+    ):
+        assert few_matches_search(request, leg(1)) is None
+    assert few_matches_search(hybrid(few_matches_fusion="rrf"), leg(1)) is not None
 
 
 # --- on a real store --------------------------------------------------------------------------
@@ -158,22 +149,49 @@ def test_the_few_matches_search_is_asked_in_one_more_batch_only_when_one_is(stor
     requests = [search("parcel"), search("refund")]
     answers = l1_answers(requests, store)
     assert [len(answer.candidates.sparse) for answer in answers] == [1, 12]
-    again = few_matches_requests(requests, answers)
-    assert list(again) == [0]  # "parcel": one match; "refund": twelve, DBSF stands
     port = FaultySearchPort(store)
-    fused = fused_answers(answers, again, port)
-    assert [[r.fusion for r in trip] for trip in port.round_trips] == [["rrf"]] and fused[1] is answers[1]
+    fused = fused_answers(requests, answers, port)
+    # "parcel": one BM25 match, fused again by RRF; "refund": twelve, its DBSF stands
+    assert [[(r.query_text, r.fusion) for r in trip] for trip in port.round_trips] == [[("parcel", "rrf")]]
+    assert fused[1] is answers[1]
     hits = ranked_hits(requests, fused)
     assert {h.fusion for h in hits[0]} == {"rrf"} and {h.fusion for h in hits[1]} == {"dbsf"}
     assert hits[0][0].doc_id == "doc-12"  # the only chunk that names a parcel leads, fused by rank
-    untouched = FaultySearchPort(store, fail_all=True)
-    assert fused_answers(answers, {}, untouched) is answers and untouched.calls == []
+    refund_only = FaultySearchPort(store, fail_all=True)  # no search is asked: none fails
+    assert fused_answers(requests[1:], answers[1:], refund_only) == answers[1:] and refund_only.calls == []
 
 
 def test_a_failed_few_matches_search_is_its_requests_error(store: QdrantEdgeStore) -> None:
     requests = [search("parcel")]
     answers = l1_answers(requests, store)
-    failing = FaultySearchPort(store, fail_all=True)
-    (fused,) = fused_answers(answers, few_matches_requests(requests, answers), failing)
+    (fused,) = fused_answers(requests, answers, FaultySearchPort(store, fail_all=True))
     assert fused.candidates is None and "simulated backend outage" in fused.error
     assert ranked_hits(requests, [fused]) == [None]
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "top_k"),
+    [
+        ("refund", "sparse", 2),
+        ("parcel refund", "sparse", 1),
+        ("parcel refund", "hybrid", 3),
+        ("parcel", "sparse", 4),
+    ],
+)
+def test_a_store_gives_every_fetched_point_a_tie_could_keep_and_no_other(
+    store: QdrantEdgeStore, text: str, mode: str, top_k: int
+) -> None:
+    """Of the ``top_k`` + 8 points its engine fetched, a store gives, in the engine's order, the
+    ``top_k`` best and those scoring as the ``top_k``-th (all twelve refund chunks score alike):
+    which of equal scores to keep is the DAG's choice, and only those are read."""
+    request = SearchRequest(
+        text, [1.0, 0.3], top_k, mode=mode, sparse_vector=bm25_encoder().embed_query(text)
+    )
+    fetched = store._shard.query(engine_queries(request)[0])  # the ranked query alone
+    scores = sorted((round(point.score, 6) for point in fetched), reverse=True)
+    bar = scores[min(top_k, len(scores)) - 1]
+    (candidates,) = store.search_batch([request])
+    assert [hit.point_id for hit in candidates.hits] == [
+        str(p.id) for p in fetched if round(p.score, 6) >= bar
+    ]
+    assert len(candidates.hits) >= min(top_k, len(fetched))
