@@ -38,7 +38,7 @@ from lookup_knowledge.contract import (
     FallbackDecisionTrace,
     FallbackRule,
 )
-from lookup_knowledge.ranking import few_matches_search, rank, searched_hits
+from lookup_knowledge.ranking import few_matches_searches, rank, searched_hits
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,13 +252,9 @@ def fused_answers(
 ) -> list[SearchAnswer]:
     """Each request's answer as the lookup fuses it: the store's, or, for a hybrid search whose
     BM25 leg matched too few chunks for its fusion, the same search fused again by
-    ``retrieval.few_matches_fusion`` (:func:`~lookup_knowledge.ranking.few_matches_search`),
+    ``retrieval.few_matches_fusion`` (:func:`~lookup_knowledge.ranking.few_matches_searches`),
     asked in one more batch only then (a failure is that request's error)."""
-    again = {
-        n: search
-        for n, (request, answer) in enumerate(zip(l1_requests, l1_answers, strict=True))
-        if answer.candidates is not None and (search := few_matches_search(request, answer.candidates))
-    }
+    again = few_matches_searches(l1_requests, [answer.candidates for answer in l1_answers])
     if not again:
         return l1_answers
     try:

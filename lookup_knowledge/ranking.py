@@ -20,8 +20,9 @@ lookup reads, both made here, none in an adapter:
   each hit is then placed in the dense, sparse and multilingual searches, their ties cut alike.
 
 The lookup DAG runs them as its nodes ``fused_answers`` and ``ranked_hits``
-(``dataflows/retrieval.py``), so its trace shows them; :func:`searched_hits` runs
-them for a search made outside those nodes (the probe null, the threshold rule's retry).
+(``dataflows/retrieval.py``), so its trace shows them (batched eval asks a chunk's few-matches
+searches in one batch, as it asks its searches); :func:`searched_hits` runs them for a search
+made outside those nodes (the probe null, the threshold rule's retry).
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ def few_matches_search(request: SearchRequest, candidates: Candidates) -> Search
     matches = len(candidates.sparse)
     listed_whole = matches < min(DBSF_FULL_SCALE, request.ranked_width)
     return replace(request, fusion=few) if matches > 0 and listed_whole else None
+
+
+def few_matches_searches(
+    requests: Sequence[SearchRequest], answers: Sequence[Candidates | None]
+) -> dict[int, SearchRequest]:
+    """Of searches and their candidates (``None``: that search failed), those to fuse again, by
+    their place (:func:`few_matches_search`)."""
+    return {
+        n: search
+        for n, (request, candidates) in enumerate(zip(requests, answers, strict=True))
+        if candidates is not None and (search := few_matches_search(request, candidates)) is not None
+    }
 
 
 def untied(hits: Sequence[SearchHit], bm25: Places | None = None) -> list[SearchHit]:
@@ -98,12 +111,7 @@ def searched_hits(
     a few-matches search fused again (one more batch, only when one is), ranked (:func:`rank`).
     Raises what the store raises."""
     answers = search_port.search_batch(requests)
-    again = {
-        n: search
-        for n, (request, candidates) in enumerate(zip(requests, answers, strict=True))
-        if (search := few_matches_search(request, candidates)) is not None
-    }
-    if again:
+    if again := few_matches_searches(requests, answers):
         for n, candidates in zip(again, search_port.search_batch(list(again.values())), strict=True):
             answers[n] = candidates
     return [rank(request, candidates) for request, candidates in zip(requests, answers, strict=True)]

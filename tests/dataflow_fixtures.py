@@ -114,8 +114,8 @@ class FaultySearchPort(KnowledgeSearchPort):
     The only test double of the suite: it injects backend faults and lets a test see which
     searches really ran, how they were sent, and which hits they really returned. A hybrid search
     that the DAG fuses again because its BM25 leg matched few chunks (``fused_answers``) is
-    recorded apart, in :attr:`refusions`: :attr:`calls` and :attr:`round_trips` are the lookup's
-    searches.
+    recorded apart, in :attr:`refusions` and :attr:`refusion_trips`: :attr:`calls` and
+    :attr:`round_trips` are the lookup's searches.
     """
 
     def __init__(
@@ -139,6 +139,7 @@ class FaultySearchPort(KnowledgeSearchPort):
         self.calls: list[SearchCall] = []
         self.round_trips: list[list[SearchRequest]] = []  # one entry per search / search_batch
         self.refusions: list[SearchCall] = []  # few-matches searches fused again
+        self.refusion_trips: list[list[SearchRequest]] = []  # and their round trips
         self._own_questions: set[str] = set()  # questions the calibration makes from sampled chunks
 
     def _fails(self, request: SearchRequest) -> bool:
@@ -179,8 +180,8 @@ class FaultySearchPort(KnowledgeSearchPort):
             if any(self._fails(request) for request in requests):
                 raise ConnectionError(self.message)
             return self.inner.search_batch(requests)
-        if not all(self._refusion(request) for request in requests):
-            self.round_trips.append(list(requests))
+        trips = self.refusion_trips if all(self._refusion(r) for r in requests) else self.round_trips
+        trips.append(list(requests))
         return [self._search(request) for request in requests]
 
     def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
