@@ -108,7 +108,7 @@ def main() -> int:
 
         def design_floor() -> float:
             """Queries/s of the batched encode, every engine call the eval makes (fused query and
-            companions, as the adapter builds them, and the read of the points each returned) and
+            companions, as the adapter builds them, and the read of the points each keeps) and
             one run per query of Hamilton alone."""
             start = time.perf_counter()
             vectors = encoder.encode(texts, 64)
@@ -129,9 +129,9 @@ def main() -> int:
             found = shard.query_batch(qe.QueryBatchRequest([q for queries in sent for q in queries]))
             firsts = itertools.accumulate([0, *(len(queries) for queries in sent[:-1])])  # ranked queries
             ranked = [(r, found[n]) for r, n in zip(requests, firsts, strict=True) if reads_back(r)]
-            returned = [point.id for _, points in ranked for point in points]
-            if returned:  # the payload and BM25 vector of the points each search returned, read by id
-                shard.retrieve(returned, with_payload=True, with_vector=[SPARSE_VECTOR])
+            kept = [point.id for r, points in ranked for point in points[: r.top_k]]
+            if kept:  # the payload and BM25 vector of the points each search keeps, read by id
+                shard.retrieve(kept, with_payload=True, with_vector=[SPARSE_VECTOR])
             shaped = time.perf_counter()
             for text in texts:
                 shape_only.execute([FINAL_NODE], inputs=deep.dataflow_inputs(text))

@@ -5,7 +5,7 @@ Each query runs, back to back so all see the same machine load: the floor (the m
 ``encode`` of the query plus one direct dense Qdrant Edge search on the same shard), the hybrid
 floor (the encode, the query's BM25 vector and the engine calls a hybrid search makes: the
 fused query and its dense and sparse companions, then the read of the payload and BM25 vector
-of the points it returned), Hamilton alone (the lookup DAG's exact shape,
+of the ``top_k`` points it keeps), Hamilton alone (the lookup DAG's exact shape,
 every node returning at once, with the executed-node hook), the lookup (configured mode, hybrid
 by default), a dense-mode lookup, a hybrid lookup with prefetches only ``retrieve_k`` wide (the
 wide prefetch's cost) and the lookup of a caller who sees half the documents (``access_lookup``:
@@ -157,7 +157,7 @@ def main() -> int:
 
         def hybrid_floor(text: str) -> float:
             """ms of the encode, the BM25 query vector and the engine calls of a hybrid search: its
-            queries (ids and scores), then the payload and BM25 vector of the points it returned."""
+            queries (ids and scores), then the payload and BM25 vector of the ``top_k`` it keeps."""
             start = time.perf_counter()
             request = SearchRequest(
                 text,
@@ -169,8 +169,8 @@ def main() -> int:
                 prefetch_k=config.retrieval.prefetch_k,
             )
             ranked = shard.query_batch(qe.QueryBatchRequest(engine_queries(request)))[0]
-            returned = [point.id for point in ranked]  # read back as the adapter does
-            shard.retrieve(returned, with_payload=True, with_vector=[SPARSE_VECTOR])
+            kept = [point.id for point in ranked[: request.top_k]]  # read back as the adapter does
+            shard.retrieve(kept, with_payload=True, with_vector=[SPARSE_VECTOR])
             return (time.perf_counter() - start) * 1000
 
         shape_only = shape_only_driver(tool.driver)
