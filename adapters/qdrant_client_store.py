@@ -35,7 +35,7 @@ from .qdrant_store import (
     ScoredPoints,
     dense_vector,
     float_list,
-    found_hits,
+    found_candidates,
     fused_legs,
     missing_points,
     multilingual_searchable,
@@ -43,7 +43,7 @@ from .qdrant_store import (
     stored_cosines,
 )
 from .redaction import mask_secrets
-from .search import AccessFilter, SearchHit, SearchRequest, StoredChunk
+from .search import AccessFilter, Candidates, SearchRequest, StoredChunk
 from .sparse import SparseVector
 from .text import first_line
 
@@ -162,21 +162,15 @@ class QdrantClientStore(QdrantStore):
         except Exception as exc:
             raise StoreBackendError(f"{action} failed: {first_line(exc)}") from exc
 
-    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
-        """Several searches in one round trip (a hybrid search brings its dense and sparse
-        companions, which report each fused hit's places and BM25 score)."""
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[Candidates]:
+        """Several searches in one round trip (a hybrid search brings its dense, sparse and
+        multilingual companions, its legs run alone)."""
         requests = [multilingual_searchable(request, self._multilingual) for request in requests]
         queries = [query for request in requests for query in engine_queries(request)]
         with self._errors("search" if len(requests) == 1 else "batch search"):
             responses = iter(self._client.query_batch_points(self.collection, requests=queries))
         points = (r.points for r in responses)
-        return found_hits(requests, points, self._cosines, self._matching, self._ranked_again)
-
-    def _ranked_again(self, requests: Sequence[SearchRequest]) -> list[list[Any]]:
-        """The ranked query alone of each request (one round trip): a search fused again."""
-        with self._errors("search"):
-            queries = [engine_queries(r)[0] for r in requests]
-            return [r.points for r in self._client.query_batch_points(self.collection, requests=queries)]
+        return found_candidates(requests, points, self._cosines, self._matching)
 
     def _cosines(self, scored: Sequence[ScoredPoints]) -> list[dict[Any, float]]:
         """The dense scores of the points each request still lacks, from their stored vectors
@@ -305,8 +299,8 @@ class QdrantClientStore(QdrantStore):
 
 def engine_queries(request: SearchRequest) -> list[models.QueryRequest]:
     """The server queries of one request: the ranked one, and for hybrid its dense and sparse
-    companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
-    places and the BM25 score of the hits they hold). A ``scores_only`` request's ranked query
+    companions (its dense, sparse and multilingual searches run alone, ``ranked_width`` deep: the
+    DAG reads each hit's places and BM25 score in them). A ``scores_only`` request's ranked query
     returns each point's document id alone."""
     where = _request_filter(request)
     payload: bool | list[str] = [DOC_ID_FIELD] if request.scores_only else True

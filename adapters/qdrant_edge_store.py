@@ -34,7 +34,7 @@ from .qdrant_store import (
     ScoredPoints,
     dense_vector,
     float_list,
-    found_hits,
+    found_candidates,
     fused_legs,
     missing_points,
     multilingual_searchable,
@@ -42,7 +42,7 @@ from .qdrant_store import (
     reads_back,
     stored_cosines,
 )
-from .search import AccessFilter, SearchHit, SearchRequest, StoredChunk
+from .search import AccessFilter, Candidates, SearchRequest, StoredChunk
 from .shared_store import holder_note, process_note, write_private
 from .sparse import SparseVector
 
@@ -203,30 +203,25 @@ class QdrantEdgeStore(QdrantStore):
         self._multilingual = _holds_vector(shard, MULTILINGUAL_VECTOR)
         return shard
 
-    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[Candidates]:
         """Several searches planned as one batch by the engine (a hybrid search brings its
-        dense and sparse companions, which report each fused hit's places and BM25 score).
-        A write of this process that removed a kept point between the batch and the read of
-        its text (a new version of its document) is met by searching again, once."""
+        dense, sparse and multilingual companions, its legs run alone). A write of this process
+        that removed a returned point between the batch and the read of its text (a new version
+        of its document) is met by searching again, once."""
         try:
             return self._search_batch(requests)
         except PointGoneError:
             return self._search_batch(requests)
 
-    def _search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+    def _search_batch(self, requests: Sequence[SearchRequest]) -> list[Candidates]:
         requests = [multilingual_searchable(request, self._multilingual) for request in requests]
         queries = [query for request in requests for query in engine_queries(request)]
         with backend_errors("search" if len(requests) == 1 else "batch search"):
             results = iter(self._shard.query_batch(qe.QueryBatchRequest(queries)))
-        return found_hits(requests, results, self._cosines, self._matching, self._ranked_again, self._points)
-
-    def _ranked_again(self, requests: Sequence[SearchRequest]) -> list[list[Any]]:
-        """The ranked query alone of each request (one batch): a search fused again."""
-        with backend_errors("search"):
-            return self._shard.query_batch(qe.QueryBatchRequest([engine_queries(r)[0] for r in requests]))
+        return found_candidates(requests, results, self._cosines, self._matching, self._points)
 
     def _points(self, ids: list[Any]) -> dict[Any, PointData]:
-        """The payload and BM25 vector of each point a search kept (one call for all)."""
+        """The payload and BM25 vector of each point a search returned (one call for all)."""
         with backend_errors("search"):
             records = self._shard.retrieve(ids, with_payload=True, with_vector=[SPARSE_VECTOR])
         return {r.id: (r.payload, r.vector) for r in records}
@@ -400,10 +395,10 @@ def _has_data(path: Path) -> bool:
 
 def engine_queries(request: SearchRequest) -> list[qe.QueryRequest]:
     """The engine queries of one request: the ranked one, and for hybrid its dense and sparse
-    companions (its dense and sparse searches run alone, ``ranked_width`` deep, to report the
-    places and the BM25 score of the hits they hold). A sparse or hybrid ranked query returns
+    companions (its dense, sparse and multilingual searches run alone, ``ranked_width`` deep: the
+    DAG reads each hit's places and BM25 score in them). A sparse or hybrid ranked query returns
     ids and scores alone: the payload and BM25 vector (whose terms name the matches) of the
-    points it keeps are read by id (:func:`~.qdrant_store.reads_back`); a ``scores_only``
+    points it returns are read by id (:func:`~.qdrant_store.reads_back`); a ``scores_only``
     request's returns each point's document id."""
     where = _request_filter(request)
     dense = qe.Query.Nearest(list(request.query_vector), DENSE_VECTOR)

@@ -1,6 +1,7 @@
 """What both Qdrant adapters (the embedded Edge shard and the client of a server) share: a search
 is a batch of one, the documents are read from the stored payloads, the count is one of all, and
-the engine's scored points become the port's hits the same way (:func:`found_hits`)."""
+the engine's scored points become the port's candidates the same way (:func:`found_candidates`):
+as the engine ranked them, for the DAG to rank (:mod:`lookup_knowledge.ranking`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ from lookup_knowledge.contract import FusionMethod
 
 from .errors import PointGoneError, StoreBackendError
 from .payload import BREADCRUMB_FIELD, CHUNK_INDEX_FIELD, CONTENT_FIELD, DOC_ID_FIELD, EMBEDDING_MODEL_FIELD
-from .search import AccessFilter, KnowledgeStore, SearchHit, SearchRequest, StoredDocument, stored_documents
+from .search import (
+    SCORE_DECIMALS,
+    AccessFilter,
+    Candidates,
+    KnowledgeStore,
+    SearchHit,
+    SearchRequest,
+    StoredDocument,
+    stored_documents,
+)
 from .sparse import Bm25Encoder, holds_identifier
 
 DENSE_VECTOR = "dense"  # the named vectors every point carries
@@ -30,7 +40,7 @@ class QdrantStore(KnowledgeStore):
     """A :class:`KnowledgeStore` over a Qdrant engine: each adapter sends the batch, scrolls the
     payloads and counts points in its engine's API."""
 
-    def search(self, request: SearchRequest) -> list[SearchHit]:
+    def search(self, request: SearchRequest) -> Candidates:
         """One search (dense, sparse or fused hybrid), filtered by category when the request
         carries one."""
         return self.search_batch([request])[0]
@@ -140,26 +150,22 @@ def cosine_normalized(score: float) -> float:
     return min(1.0, max(0.0, score))
 
 
-def complete_hits(
-    request: SearchRequest, hits: list[SearchHit], stored: Callable[[SearchRequest], int]
-) -> list[SearchHit]:
-    """``hits``, checked to hold every point the search could return.
+def complete_hits(request: SearchRequest, returned: int, stored: Callable[[SearchRequest], int]) -> None:
+    """Check that a search's ``returned`` points hold every point it could return.
 
     An engine drops a point whose similarity is not a number (a vector file corrupted to NaN),
-    so corruption can look like an empty store. A dense search that returns fewer hits than
-    asked while the store holds more matching points (``stored(request)``: under its category
-    and access filters, asked only then)
-    raises; so does a hybrid one, whose dense prefetch alone fills ``top_k``. (A lexical search
-    returns only what matches its terms: it is not checked.)
+    so corruption can look like an empty store. A dense search that returns fewer than ``top_k``
+    points while the store holds more matching points (``stored(request)``: under its category
+    and access filters, asked only then) raises; so does a hybrid one, whose dense prefetch alone
+    fills ``top_k``. (A lexical search returns only what matches its terms: it is not checked.)
     """
-    if request.mode != "sparse" and len(hits) < request.top_k:
+    if request.mode != "sparse" and returned < request.top_k:
         held = stored(request)
-        if len(hits) < min(held, request.top_k):
+        if returned < min(held, request.top_k):
             raise StoreBackendError(
-                f"the search returned {len(hits)} of the {held} stored points it should have: their "
+                f"the search returned {returned} of the {held} stored points it should have: their "
                 "vectors are unreadable (corrupt data, e.g. NaN); delete the store and ingest again"
             )
-    return hits
 
 
 def _checked_cosine(point_id: Any, score: float) -> float:
@@ -177,17 +183,13 @@ def hit_from_payload(
     payload: Mapping[str, Any] | None,
     *,
     dense_score: float | None = None,
-    sparse_score: float | None = None,
     fused_score: float | None = None,
-    dense_rank: int | None = None,
-    sparse_rank: int | None = None,
     matched_terms: Sequence[str] = (),
     exact_codes: Sequence[str] = (),
     fusion: FusionMethod | None = None,
-    multilingual: tuple[int, float] | None = None,
 ) -> SearchHit:
-    """Build a :class:`SearchHit` from a store's raw point (shared by both adapters); a dense
-    search's ``score`` is its cosine."""
+    """Build an unplaced :class:`SearchHit` from a store's raw point (shared by both adapters); a
+    dense search's ``score`` is its cosine."""
     dense = _checked_cosine(point_id, score if dense_score is None else dense_score)
     payload = payload or {}
     chunk_index = payload.get(CHUNK_INDEX_FIELD)
@@ -200,87 +202,61 @@ def hit_from_payload(
         doc_id=payload.get(DOC_ID_FIELD),
         chunk_index=int(chunk_index) if chunk_index is not None else None,
         dense_score=dense,
-        sparse_score=sparse_score,
         fused_score=fused_score,
-        dense_rank=dense_rank,
-        sparse_rank=sparse_rank,
         matched_terms=tuple(matched_terms),
         exact_codes=tuple(exact_codes),
         fusion=fusion,
-        multilingual_rank=multilingual[0] if multilingual else None,
-        multilingual_score=multilingual[1] if multilingual else None,
     )
 
 
 Point = tuple[Any, float, "Mapping[str, Any] | None", "Mapping[str, Any] | None"]
 PointData = tuple["Mapping[str, Any] | None", "Mapping[str, Any] | None"]  # payload, named vectors
+Leg = list[tuple[Any, float]]  # one leg's points: engine id, score
 
 
 class ScoredPoints:
-    """One request's raw points on their way to hits: the dense cosine of each, its sparse score,
-    its places in the dense and sparse searches, the query terms it matched and the query's codes
-    it holds.
+    """One request's raw points on their way to :class:`~.search.Candidates`: the ranked query's
+    points and a hybrid search's legs, the dense cosine of each point, the query terms it matched
+    and the query's codes it holds.
 
     ``points`` are (point id, score, payload, named vectors): in sparse and hybrid mode the
     vectors hold the BM25 vector (its terms name the matches), never the dense one (384 floats
-    for every hit would cost more than the few the companions miss). A hybrid search also passes
-    the (id, score) its dense and sparse companions found: a companion's dense score is the hit's
-    cosine. The cosines no search returned (:attr:`missing_cosines`) the adapter computes from
-    those points' stored vectors (:func:`stored_cosines`) and hands them to :meth:`hits`. Ids
-    stay as the engine gave them (Edge: ``uuid.UUID``) until a hit is built: only returned hits
-    pay for their text.
-
-    BM25 and rank-fusion scores tie often (two hits first in one search and second in the
-    other; RRF scores the dense search's first and the sparse search's first alike when neither
-    is in the other list); the engine breaks ties by chance, so equal fused scores are ordered
-    by the better place in the BM25 search (the words the query names), then by point id, and
-    equal scores of one search by point id, among the ``ranked_width`` fetched
-    (:data:`~.search.TIE_SLACK` more), before the cut to ``top_k``.
+    for every point would cost more than the few the companions miss). ``legs``: a hybrid
+    search's companions, each point's (id, score): dense, sparse, multilingual; a point's dense
+    score there is its cosine. The cosines no leg gave (:attr:`missing_cosines`) the adapter
+    computes from those points' stored vectors (:func:`stored_cosines`) and hands them to
+    :meth:`candidates`. Ids stay as the engine gave them (Edge: ``uuid.UUID``) until a
+    candidate is built. Nothing here orders or cuts: the engine's order is kept for the DAG.
     """
 
     def __init__(
         self,
         request: SearchRequest,
         points: Sequence[Point],
-        dense_points: Sequence[tuple[Any, float]] = (),
-        sparse_points: Sequence[tuple[Any, float]] = (),
-        multilingual_points: Sequence[tuple[Any, float]] = (),
-        sparse_places: dict[Any, tuple[int, float]] | None = None,
+        legs: Sequence[Leg] = (),
     ) -> None:
-        """``sparse_places``: the sparse companion's :func:`_places`, when the caller has them;
-        ``multilingual_points``: the multilingual companion's (id, score), when it ran."""
         self.request = request
-        self._multilingual_places = _places(multilingual_points)
-        if request.mode == "dense":
-            self.points = list(points)
-            self.missing_cosines: list[Any] = []
-            return
-        if request.mode == "sparse":
-            self.points = _untied(points)[: request.top_k]
-            sparse_points = [(pid, score) for pid, score, *_ in self.points]
-        self._sparse_places = _places(sparse_points) if sparse_places is None else sparse_places
-        if request.mode == "hybrid":
-            self.points = _untied(points, self._sparse_places)[: request.top_k]
-        dense = _untied(dense_points)
-        self._dense_places = {pid: rank for rank, (pid, _) in enumerate(dense, start=1)}
-        self._cosines = dict(dense)
-        self.missing_cosines = [pid for pid, *_ in self.points if pid not in self._cosines]
+        self.points = points
+        self.legs = legs
+        self._cosines = dict(legs[0]) if legs else {}
+        dense = request.mode == "dense"
+        self.missing_cosines = [] if dense else [pid for pid, *_ in points if pid not in self._cosines]
 
-    def hits(self, cosines: Mapping[Any, float] | None = None) -> list[SearchHit]:
-        """The hits, best first; ``cosines``: the store's answer for :attr:`missing_cosines`.
+    def candidates(self, cosines: Mapping[Any, float] | None = None) -> Candidates:
+        """The candidates; ``cosines``: the store's answer for :attr:`missing_cosines`.
 
-        A hit whose cosine the store cannot give has an unreadable vector (corrupt data, e.g.
+        A point whose cosine the store cannot give has an unreadable vector (corrupt data, e.g.
         NaN: the engine drops such a point from a dense search): :class:`StoreBackendError`.
         """
-        mode = self.request.mode
-        if mode == "dense":
-            return [
-                hit_from_payload(pid, score, payload, dense_rank=rank)
-                for rank, (pid, score, payload, _) in enumerate(self.points, start=1)
-            ]
-        known = {**self._cosines, **(cosines or {})}
-        terms = {} if self.request.scores_only else self.request.query_terms
-        codes = [] if self.request.scores_only else Bm25Encoder.query_codes(self.request.query_text)
+        request = self.request
+        if request.mode == "dense":
+            return Candidates(
+                [hit_from_payload(pid, score, payload) for pid, score, payload, _ in self.points]
+            )
+        known = {**self._cosines, **(cosines or {})} if cosines else self._cosines
+        terms = {} if request.scores_only else request.query_terms
+        codes = [] if request.scores_only else Bm25Encoder.query_codes(request.query_text)
+        hybrid = request.mode == "hybrid"
         hits = []
         for pid, score, payload, vectors in self.points:
             if (cosine := known.get(pid)) is None:
@@ -288,7 +264,6 @@ class ScoredPoints:
                     f"the store cannot score point {pid} against the query: its dense vector is "
                     "unreadable (corrupt data, e.g. NaN); delete the store and ingest again"
                 )
-            sparse_rank, sparse_score = self._sparse_places.get(pid, (None, None))
             content = (payload or {}).get(CONTENT_FIELD, "")
             matched = Bm25Encoder.matched_terms(terms, vectors[SPARSE_VECTOR].indices) if terms else ()
             hits.append(
@@ -297,75 +272,79 @@ class ScoredPoints:
                     score,
                     payload,
                     dense_score=cosine,
-                    sparse_score=sparse_score,
-                    fused_score=score if mode == "hybrid" else None,
-                    dense_rank=self._dense_places.get(pid),
-                    sparse_rank=sparse_rank,
+                    fused_score=score if hybrid else None,
                     matched_terms=matched,
                     exact_codes=[code for code in codes if holds_identifier(content, code)] if codes else (),
-                    fusion=self.request.fusion if mode == "hybrid" else None,
-                    multilingual=self._multilingual_places.get(pid),
+                    fusion=request.fusion if hybrid else None,
                 )
             )
-        return hits
+        legs = [[(str(pid), score) for pid, score in leg] for leg in self.legs]
+        return Candidates(hits, *legs)
 
 
-def found_hits(
+def found_candidates(
     requests: Sequence[SearchRequest],
     results: Iterator[Iterable[Any]],
     ask_cosines: Callable[[list[ScoredPoints]], Iterable[dict[Any, float]]],
     stored: Callable[[SearchRequest], int],
-    ask_ranked: Callable[[list[SearchRequest]], Iterable[Iterable[Any]]],
     ask_points: Callable[[list[Any]], Mapping[Any, PointData]] | None = None,
-) -> list[list[SearchHit]]:
-    """Each request's hits from the engine's result lists, in the order the adapter sent the
-    queries: the ranked one, then for hybrid its dense and sparse companions (points with
-    ``id``, ``score``, ``payload``, ``vector``). A hybrid search whose BM25 leg matched few
-    chunks (its sparse companion shows them all) is fused again by its ``few_matches_fusion``
-    (:meth:`~.search.SearchRequest.few_matches_search`; ``ask_ranked``: the adapter runs the
-    ranked query alone of each, in one more round trip for all). ``ask_points``: an adapter
-    whose ranked sparse or hybrid queries return ids and scores alone (:func:`reads_back`) reads
-    the payload and BM25 vector of the ``top_k`` points each keeps in one more round trip for
-    all. The cosines no search returned are asked of the store in one more round trip for all
-    requests (``ask_cosines``: the adapter reads those points' dense vectors,
-    :func:`stored_cosines`), only when some request lacks any; every list is then checked by
-    :func:`complete_hits` (``stored``: the store's point count under a request's filters)."""
-    lists = _few_matches_fused([_lists(request, results) for request in requests], ask_ranked)
-    kept = []
-    for request, points, places in lists:
-        bm25 = _places(places[1]) if request.mode == "hybrid" else None  # once for both cuts
-        kept.append((request, _ranked(request, points, bm25), places, bm25))
+) -> list[Candidates]:
+    """Each request's candidates from the engine's result lists, in the order the adapter sent
+    the queries: the ranked one, then for hybrid its companions (points with ``id``, ``score``,
+    ``payload``, ``vector``). ``ask_points``: an adapter whose ranked sparse or hybrid queries
+    return ids and scores alone (:func:`reads_back`) reads the payload and BM25 vector of every
+    point they returned in one more round trip for all. The cosines no leg gave are asked of the
+    store in one more round trip for all requests (``ask_cosines``: the adapter reads those
+    points' dense vectors, :func:`stored_cosines`), only when some request lacks any; every list
+    is checked by :func:`complete_hits` (``stored``: the store's point count under a request's
+    filters)."""
+    searches = [_lists(request, results) for request in requests]
+    returned = [len(points) for _, points, _ in searches]
+    searches = [(request, _keepable(request, points), legs) for request, points, legs in searches]
     if ask_points is not None:
-        kept = _read_back(kept, ask_points)
-    scored = [ScoredPoints(r, points, *places, sparse_places=bm25) for r, points, places, bm25 in kept]
+        searches = _read_back(searches, ask_points)
+    scored = [ScoredPoints(request, points, legs) for request, points, legs in searches]
     asking = [s for s in scored if s.missing_cosines]
     answers = iter(ask_cosines(asking) if asking else [])
-    return [
-        complete_hits(s.request, s.hits(next(answers) if s.missing_cosines else None), stored) for s in scored
-    ]
+    found = []
+    for s, count in zip(scored, returned, strict=True):
+        found.append(s.candidates(next(answers) if s.missing_cosines else None))
+        complete_hits(s.request, count, stored)
+    return found
 
 
-Search = tuple[SearchRequest, Iterable[Any], list[list[tuple[Any, float]]]]  # ranked, companions
-Places = dict[Any, tuple[int, float]]  # a search's points: (place from 1, score)
-Kept = tuple[SearchRequest, list[Point], list[list[tuple[Any, float]]], "Places | None"]  # points kept
+def _keepable(request: SearchRequest, points: list[Point]) -> list[Point]:
+    """Of a sparse or hybrid search's ranked points, those the DAG may keep, in the engine's
+    order: the ``top_k`` best scores and every point scoring as the ``top_k``-th does (to
+    :data:`~.search.SCORE_DECIMALS`), whatever order the DAG gives equal scores. Only these are
+    read and built: reading the ``TIE_SLACK`` points after them too, which rarely tie, cost
+    0.5 ms of a SciFact lookup."""
+    if request.mode == "dense" or len(points) <= request.top_k:
+        return points
+    bar = sorted((round(score, SCORE_DECIMALS) for _, score, *_ in points), reverse=True)[request.top_k - 1]
+    return [point for point in points if round(point[1], SCORE_DECIMALS) >= bar]
+
+
+Search = tuple[SearchRequest, list[Point], list[Leg]]  # a request's ranked points, its legs
 
 
 def reads_back(request: SearchRequest) -> bool:
     """Whether an adapter with ``ask_points`` sends this request's ranked query for ids and
-    scores alone (a sparse or hybrid search, not ``scores_only``): it fetches ``ranked_width``
-    points to cut ties, and reading the payload and BM25 vector of only the ``top_k`` it keeps,
-    by id, costs less in an embedded engine than reading all (a SciFact hybrid search 0.4 ms less;
-    at a million chunks, 4-7 ms: docs/benchmarks.md)."""
+    scores alone (a sparse or hybrid search, not ``scores_only``) and reads the payload and BM25
+    vector of the points it returned by id: that costs less in an embedded engine than the
+    ranked query's own payload read (docs/benchmarks.md)."""
     return request.mode != "dense" and not request.scores_only
 
 
-def _read_back(kept: list[Kept], ask_points: Callable[[list[Any]], Mapping[Any, PointData]]) -> list[Kept]:
-    """The kept points of every request that :func:`reads_back` with their payload and BM25
+def _read_back(
+    searches: list[Search], ask_points: Callable[[list[Any]], Mapping[Any, PointData]]
+) -> list[Search]:
+    """The ranked points of every request that :func:`reads_back` with their payload and BM25
     vector, read in one round trip for all. A point the store no longer gives back (deleted
     since the search, or unreadable) is a :class:`PointGoneError`."""
-    ids = list(dict.fromkeys(pid for r, points, *_ in kept if reads_back(r) for pid, *_ in points))
+    ids = list(dict.fromkeys(pid for r, points, _ in searches if reads_back(r) for pid, *_ in points))
     if not ids:
-        return kept
+        return searches
     read = ask_points(ids)
     if missing := [pid for pid in ids if pid not in read]:
         raise PointGoneError(
@@ -373,19 +352,19 @@ def _read_back(kept: list[Kept], ask_points: Callable[[list[Any]], Mapping[Any, 
             "meanwhile, or its data is corrupt); search again, or delete the store and ingest again"
         )
     return [
-        (request, [(pid, score, *read[pid]) for pid, score, *_ in points], places, bm25)
+        (request, [(pid, score, *read[pid]) for pid, score, *_ in points], legs)
         if reads_back(request)
-        else (request, points, places, bm25)
-        for request, points, places, bm25 in kept
+        else (request, points, legs)
+        for request, points, legs in searches
     ]
 
 
 def _lists(request: SearchRequest, results: Iterator[Iterable[Any]]) -> Search:
-    """A request's ranked list from the engine's results, and for hybrid its dense, sparse and
-    (with ``multilingual_vector``) multilingual companions' (id, score) places."""
-    ranked = next(results)
+    """A request's ranked points from the engine's results, and for hybrid its dense, sparse and
+    (with ``multilingual_vector``) multilingual companions' (id, score)."""
+    points = [(p.id, p.score, p.payload, p.vector) for p in next(results)]
     companions = companion_count(request)
-    return request, ranked, [[(p.id, p.score) for p in next(results)] for _ in range(companions)]
+    return request, points, [[(p.id, p.score) for p in next(results)] for _ in range(companions)]
 
 
 def multilingual_searchable(request: SearchRequest, held: bool) -> SearchRequest:
@@ -408,35 +387,6 @@ def companion_count(request: SearchRequest) -> int:
     if request.mode != "hybrid":
         return 0
     return 3 if request.multilingual_vector is not None else 2
-
-
-def _few_matches_fused(
-    searches: list[Search], ask_ranked: Callable[[list[SearchRequest]], Iterable[Iterable[Any]]]
-) -> list[Search]:
-    """The searches, those whose BM25 leg matched few chunks (their sparse companion's length)
-    fused again by their ``few_matches_fusion``: one round trip for all, none when none did."""
-    again = {
-        n: fused
-        for n, (request, _, places) in enumerate(searches)
-        if places and (fused := request.few_matches_search(len(places[1]))) is not None
-    }
-    searches = list(searches)
-    for n, ranked in zip(again, ask_ranked(list(again.values())) if again else (), strict=True):
-        searches[n] = (again[n], ranked, searches[n][2])
-    return searches
-
-
-def _ranked(
-    request: SearchRequest, points: Iterable[Any], bm25: Mapping[Any, tuple[int, float]] | None = None
-) -> list[Point]:
-    """The engine's ranked points a request keeps, as (id, score, payload, vectors): a sparse or
-    hybrid search's ``top_k`` of the ``ranked_width`` fetched, ties cut as :class:`ScoredPoints`
-    cuts them again (a hybrid search's by its ``bm25`` places, then by point id), so that only
-    those kept have their payload and vectors read."""
-    if request.mode == "dense":
-        return [(p.id, p.score, p.payload, p.vector) for p in points]
-    kept = _untied([(p.id, p.score, p) for p in points], bm25)[: request.top_k]
-    return [(pid, score, p.payload, p.vector) for pid, score, p in kept]
 
 
 def points_by_value(values: Mapping[Any, str]) -> dict[str, list[Any]]:
@@ -469,10 +419,10 @@ def stored_cosines(
 ) -> list[dict[Any, float]]:
     """Each request's cosines of its :attr:`~ScoredPoints.missing_cosines` from their stored
     dense ``vectors`` (the engine stores them unit-length under cosine distance), for
-    :func:`found_hits`. Reading the few vectors a lookup lacks (about 6 per SciFact lookup) costs
-    less than a dense search restricted to them (0.27 ms against 0.43 embedded). A point the
-    store did not give back, or whose vector is not a number (a search would not rank it), is
-    left out: its hit is then unreadable."""
+    :func:`found_candidates`. Reading the few vectors a lookup lacks costs less than a dense
+    search restricted to them (0.27 ms against 0.43 embedded). A point the store did not give
+    back, or whose vector is not a number (a search would not rank it), is left out: its hit is
+    then unreadable."""
     rows = {pid: np.asarray(v, dtype=np.float32) for pid, v in vectors.items() if v is not None}
     answers = []
     for s in scored:
@@ -488,19 +438,3 @@ def _doc_and_content(payload: Mapping[str, Any] | None) -> tuple[str, str] | Non
     """A scrolled point's (doc id, content), ``None`` when it lacks either."""
     doc_id, content = (payload or {}).get(DOC_ID_FIELD), (payload or {}).get(CONTENT_FIELD)
     return (doc_id, content) if doc_id and content else None
-
-
-def _untied(points: Sequence[Any], bm25: Mapping[Any, tuple[int, float]] | None = None) -> list[Any]:
-    """Points (id, score, ...) best first, equal scores (to 6 decimals) by their ``bm25`` place
-    when given (a point the BM25 search did not rank after those it did), then by point id: the
-    engine's ids, compared as they are (a store's ids are all UUIDs, whose order is that of
-    their text, or all text)."""
-    if bm25 is None:
-        return sorted(points, key=lambda p: (-round(p[1], 6), p[0]))
-    unranked = (math.inf, 0.0)
-    return sorted(points, key=lambda p: (-round(p[1], 6), bm25.get(p[0], unranked)[0], p[0]))
-
-
-def _places(points: Sequence[tuple[Any, float]]) -> Places:
-    """Each point's (place from 1, score) in a search's list, ties cut by point id."""
-    return {pid: (rank, score) for rank, (pid, score) in enumerate(_untied(points), start=1)}

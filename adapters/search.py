@@ -1,9 +1,12 @@
 """The search port: what the dataflow asks of a vector store, and what a store must offer ingestion.
 
 Both store adapters (Qdrant Edge, qdrant-client) implement :class:`KnowledgeStore`; the
-dataflow only sees the narrower :class:`KnowledgeSearchPort`. The errors a store raises are in
-:mod:`~.errors`, the payload's fields in :mod:`~.payload`, the translation of Qdrant's scored
-points into hits in :mod:`~.qdrant_store`.
+dataflow only sees the narrower :class:`KnowledgeSearchPort`. A search answers with
+:class:`Candidates`, the engine's lists as it ranked them; the ranking rules that make them the
+lookup's hits (a few-matches search fused again, equal scores ordered, each hit's places) are the
+DAG's (:mod:`lookup_knowledge.ranking`). The errors a store raises are in :mod:`~.errors`, the
+payload's fields in :mod:`~.payload`, the translation of Qdrant's scored points into candidates in
+:mod:`~.qdrant_store`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from lookup_knowledge.contract import FusionMethod, RetrievalMode
@@ -33,7 +36,7 @@ from .sparse import SparseVector, held_as_written
 
 PUBLIC_PRINCIPAL = "public"  # in a document's access: every caller; every restricted caller holds it
 TIE_SLACK = 8  # extra sparse/hybrid hits fetched so equal scores are cut by point id, not by chance
-DBSF_FULL_SCALE = 11  # the fewest scores whose best DBSF can rescale to 1: (1 - 1/n) * sqrt(n) >= 3
+SCORE_DECIMALS = 6  # scores equal to this many decimals are equal: the DAG orders them, a store gives all
 
 _POINT_NAMESPACE = uuid.UUID("6f1d9a52-8a63-4b8e-9a43-3c1f2b7d0e15")
 
@@ -117,14 +120,10 @@ class SearchRequest:
     content, chunk index, matched terms or codes (what a new access scope's first lookup
     spends on its probes: docs/trust.md).
 
-    ``few_matches_fusion``: how a hybrid search is fused when its BM25 leg matches fewer than
-    :data:`DBSF_FULL_SCALE` chunks, which its sparse companion then lists whole (``None``: by
-    ``fusion`` whatever the count). DBSF rescales each list to [0, 1] by its mean +- 3 standard
-    deviations; the best of n scores then reaches at most 0.5 + (1 - 1/n) * sqrt(n) / 6 (Qdrant
-    scores a single match 0.5), under 1 for n <= 10, while the dense list's best takes 0.8-1: the
-    one chunk that holds a rare identifier ranked under the dense search's best, whatever its
-    BM25 score. The store then fuses that search again, by this method
-    (:meth:`few_matches_search`).
+    ``few_matches_fusion``: how the lookup fuses a hybrid search again when its BM25 leg matches
+    too few chunks for ``fusion`` (``None``: by ``fusion`` whatever the count); the rule is the
+    DAG's (:func:`lookup_knowledge.ranking.few_matches_search`), the store only runs the search
+    it is given.
 
     ``query_terms``: the query's informative terms and their BM25 token ids (the DAG's
     ``query_terms`` node): a sparse or hybrid hit names those its BM25 vector holds
@@ -164,24 +163,14 @@ class SearchRequest:
 
     @property
     def ranked_width(self) -> int:
-        """Hits a sparse or hybrid search fetches (``top_k`` + :data:`TIE_SLACK`), and the
-        places a hybrid search's dense and sparse companions report."""
+        """Points a sparse or hybrid search fetches (``top_k`` + :data:`TIE_SLACK`), and the
+        depth of a hybrid search's dense, sparse and multilingual companions."""
         return self.top_k + TIE_SLACK
-
-    def few_matches_search(self, sparse_matches: int) -> SearchRequest | None:
-        """This hybrid search fused by ``few_matches_fusion`` when its sparse companion listed
-        only ``sparse_matches`` chunks (at least one, fewer than :data:`DBSF_FULL_SCALE` and than
-        it could list: the whole BM25 leg); ``None``: its fusion stands."""
-        few = self.few_matches_fusion
-        if self.mode != "hybrid" or few in (None, self.fusion):
-            return None
-        listed_whole = sparse_matches < min(DBSF_FULL_SCALE, self.ranked_width)
-        return replace(self, fusion=few) if sparse_matches > 0 and listed_whole else None
 
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One scored point as the port returns it.
+    """One scored point of a search.
 
     ``score`` is what the store ranked by: the cosine (dense), the BM25 score (sparse) or the
     fused score (hybrid). ``normalized_score`` is always the dense cosine clipped to [0, 1], in
@@ -189,10 +178,13 @@ class SearchHit:
     one calibrated scale. ``dense_rank`` and ``sparse_rank`` are the hit's places (from 1) in
     the dense and the sparse search; they and ``sparse_score`` are ``None`` when that search did
     not rank it in its top ``ranked_width`` (``top_k`` + :data:`TIE_SLACK`, not the wider
-    prefetch). ``matched_terms``: the query terms the hit's BM25 vector holds (sparse, hybrid);
-    ``multilingual_score`` and ``multilingual_rank``: its cosine and place in the multilingual
-    search (hybrid with ``multilingual_vector``; ``None`` beyond ``ranked_width``).
-    ``exact_codes``: the query's codes (identifiers such as
+    prefetch). The store leaves the places and the companions' scores (``sparse_score`` of a
+    hybrid hit, ``multilingual_score``) unset in its :class:`Candidates`: the DAG sets them as it
+    orders equal scores (:func:`lookup_knowledge.ranking.ranked_hits`). ``matched_terms``: the
+    query terms the hit's BM25 vector holds (sparse, hybrid); ``multilingual_score`` and
+    ``multilingual_rank``: its cosine and place in the multilingual search (hybrid with
+    ``multilingual_vector``; ``None`` beyond ``ranked_width``). ``exact_codes``: the query's
+    codes (identifiers such as
     ``INV-48213``, see :func:`~lookup_knowledge.adapters.sparse.identifiers`) that the hit's
     content holds verbatim as whole words (sparse, hybrid; ``limit_x`` is not in ``memory_limit_x``).
     """
@@ -215,6 +207,22 @@ class SearchHit:
     multilingual_score: float | None = None  # its multilingual cosine, when that leg ranked it
     multilingual_rank: int | None = None
 
+    def placed(
+        self,
+        dense_rank: int | None = None,
+        sparse: tuple[int, float] | None = None,
+        multilingual: tuple[int, float] | None = None,
+    ) -> SearchHit:
+        """This hit at its places: its dense place, its (place, score) in the sparse and the
+        multilingual search (``None``: not ranked there). Built field by field: a ``replace``
+        costs twice a constructor, and a lookup places 20-40 hits."""
+        return SearchHit(
+            self.point_id, self.content, self.score, self.normalized_score, self.payload, self.doc_id,
+            self.chunk_index, self.dense_score, sparse[1] if sparse else None, self.fused_score,
+            dense_rank, sparse[0] if sparse else None, self.matched_terms, self.exact_codes, self.fusion,
+            multilingual[1] if multilingual else None, multilingual[0] if multilingual else None,
+        )  # fmt: skip
+
     def written_terms(self, terms: Sequence[str] | None = None) -> tuple[str, ...]:
         """Of ``terms`` (default: ``matched_terms``), those the hit holds as written (whole words,
         case-insensitive), not only in another form of their stem (``parent`` for "parental",
@@ -226,6 +234,30 @@ class SearchHit:
         text = "\n".join((payload.get(TITLE_FIELD) or "", payload.get(BREADCRUMB_FIELD) or "", self.content))
         text = text.lower()
         return tuple(term for term in terms if held_as_written(text, term))
+
+
+Scored = tuple[str, float]  # a point id and its score in one search
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """What the store answered to one search, as its engine ranked it.
+
+    ``hits``: the points the search's ranked query returned, best first as the engine returned
+    them, each with its dense cosine, its payload, matched terms and codes, but no places: a dense
+    search's ``top_k``; of a sparse or hybrid search's ``ranked_width``, every point that any
+    order of equal scores (to :data:`SCORE_DECIMALS`) could keep in its ``top_k`` (the ``top_k``
+    best, and those after them scoring as the ``top_k``-th does), equal scores in whatever order
+    the engine left them. ``dense``, ``sparse`` and ``multilingual``: a hybrid search's legs run alone
+    (its companions, ``ranked_width`` deep), each point's (id, score) in the engine's order; the
+    multilingual one only with a ``multilingual_vector``. The DAG makes them the lookup's hits
+    (:mod:`lookup_knowledge.ranking`).
+    """
+
+    hits: list[SearchHit]
+    dense: list[Scored] = field(default_factory=list)
+    sparse: list[Scored] = field(default_factory=list)
+    multilingual: list[Scored] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,12 +339,12 @@ class KnowledgeSearchPort(ABC):
     """What the dataflow needs from a store (an ABC, so Hamilton can type-check the input)."""
 
     @abstractmethod
-    def search(self, request: SearchRequest) -> list[SearchHit]:
-        """Dense search; hits best first."""
+    def search(self, request: SearchRequest) -> Candidates:
+        """One search (dense, sparse or hybrid): its candidates, as the engine ranked them."""
 
     @abstractmethod
-    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
-        """Several searches at once, results in request order."""
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[Candidates]:
+        """Several searches at once, answers in request order."""
 
     def term_idf(self, token_ids: Sequence[int], access: AccessFilter | None = None) -> dict[int, float]:
         """The store's BM25 IDF of each BM25 token id; a token no chunk the caller may see holds

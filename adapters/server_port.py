@@ -23,7 +23,7 @@ from concurrent.futures import TimeoutError as WaitTimeout
 from typing import TypeVar
 
 from .errors import StoreUnavailableError
-from .search import AccessFilter, KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
+from .search import AccessFilter, Candidates, KnowledgeSearchPort, KnowledgeStore, SearchRequest
 
 RETRY_AFTER_S = 1.0
 WAIT_S = 0.25  # a reopening on a live server takes milliseconds; a hung one keeps the thread
@@ -56,10 +56,10 @@ class ReconnectingSearchPort(KnowledgeSearchPort):
         :class:`StoreUnavailableError` when it cannot)."""
         self._acquire(wait_s=None)
 
-    def search(self, request: SearchRequest) -> list[SearchHit]:
+    def search(self, request: SearchRequest) -> Candidates:
         return self._on_store(lambda store: store.search(request))
 
-    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[Candidates]:
         return self._on_store(lambda store: store.search_batch(requests))
 
     def term_idf(self, token_ids: Sequence[int], access: AccessFilter | None = None) -> dict[int, float]:

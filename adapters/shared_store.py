@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import StoreLockedError
-from .search import AccessFilter, KnowledgeSearchPort, KnowledgeStore, SearchHit, SearchRequest
+from .search import AccessFilter, Candidates, KnowledgeSearchPort, KnowledgeStore, SearchRequest
 from .text import escape_surrogates
 
 POLL_S = 0.1  # how often a waiting opener retries and the holder looks for a handover request
@@ -138,14 +138,14 @@ class SharedSearchPort(KnowledgeSearchPort):
         self._watcher = threading.Thread(target=self._watch, name="store-handover", daemon=True)
         self._watcher.start()
 
-    def search(self, request: SearchRequest) -> list[SearchHit]:
+    def search(self, request: SearchRequest) -> Candidates:
         store = self._acquire()
         try:
             return store.search(request)
         finally:
             self._release()
 
-    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[Candidates]:
         store = self._acquire()
         try:
             return store.search_batch(requests)

@@ -193,7 +193,7 @@ def top_hits(store: KnowledgeStore, vectors: np.ndarray, texts: list[str]) -> li
     """(doc_id, normalized score) of the ``DEPTH`` best hits of each query, best first."""
     found = []
     for text, vector in zip(texts, vectors, strict=True):
-        hits = store.search(SearchRequest(text, vector, DEPTH))
+        hits = store.search(SearchRequest(text, vector, DEPTH)).hits  # dense: the engine's order
         found.append([(hit.doc_id or "", hit.normalized_score) for hit in hits])
     return found
 

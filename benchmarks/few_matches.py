@@ -38,9 +38,10 @@ from rich.console import Console
 from rich.table import Table
 
 from lookup_knowledge import KnowledgeTool, load_config
-from lookup_knowledge.adapters.search import DBSF_FULL_SCALE, TIE_SLACK, SearchRequest
+from lookup_knowledge.adapters.search import TIE_SLACK, SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.eval.data import load_qrels, relevance
+from lookup_knowledge.ranking import DBSF_FULL_SCALE
 
 SECTION = "## A BM25 leg of few matches"
 SETTINGS = {"rrf (default)": "rrf", "null (DBSF)": None}
@@ -77,7 +78,7 @@ def few_match_share(tool: KnowledgeTool, texts: list[str]) -> float:
             continue
         vector = tool.embedder.embed_query(text).tolist()
         request = SearchRequest(text, vector, depth, mode="sparse", sparse_vector=sparse)
-        few += 0 < len(tool.search_port.search(request)) < bar
+        few += 0 < len(tool.search_port.search(request).hits) < bar
     return few / len(texts)
 
 

@@ -56,8 +56,9 @@ from lookup_knowledge.stores import build_embedder
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
 SEARCH_NODES = {
     "l1_answers",
+    "fused_answers",
     "unfiltered_hits",
-}  # the store round trips: the batch (or the one search), a threshold retry
+}  # the store round trips: the batch (or the one search), a few-matches search fused again, a threshold retry
 STAGES = ["embedding", "search", "postprocessing", "other_nodes", "hamilton_run"]
 POSTPROCESSING_NODES = {
     "candidates_df", "screened_df", "deduped_df", "evidence_cuts", "reranked_df", "ranked_evidence_blocks",

@@ -33,6 +33,7 @@ from lookup_knowledge import KnowledgeTool
 from lookup_knowledge.adapters.search import SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.calibration import own_question
+from lookup_knowledge.ranking import searched_hits
 
 
 def pseudo_questions(tool: KnowledgeTool, judged: list[str], limit: int) -> list[tuple[str, str]]:
@@ -60,7 +61,8 @@ def pseudo_margins(tool: KnowledgeTool, pairs: list[tuple[str, str]]) -> list[fl
             prefetch_k=retrieval.prefetch_k,
         )
         null = tool.store_calibration.null_for(request, tool.search_port, tool.embedder)
-        others = [hit.normalized_score for hit in tool.search_port.search(request) if hit.doc_id != doc_id]
+        (hits,) = searched_hits(tool.search_port, [request])
+        others = [hit.normalized_score for hit in hits if hit.doc_id != doc_id]
         if others and (margin := null.margin(max(others))) is not None:
             margins.append(margin)
     return margins

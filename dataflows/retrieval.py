@@ -23,6 +23,7 @@ from hamilton.function_modifiers import config
 
 from lookup_knowledge.adapters.redaction import mask_secrets
 from lookup_knowledge.adapters.search import (
+    Candidates,
     FusionMethod,
     KnowledgeSearchPort,
     SearchHit,
@@ -37,6 +38,7 @@ from lookup_knowledge.contract import (
     FallbackDecisionTrace,
     FallbackRule,
 )
+from lookup_knowledge.ranking import few_matches_searches, rank, searched_hits
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,19 +181,22 @@ def _is_usable(hit: SearchHit, min_evidence_score: float, cjk: bool = False) -> 
 
 @dataclass(frozen=True, slots=True)
 class SearchAnswer:
-    """What the store answered to one request: its hits, or the error it raised."""
+    """What the store answered to one request: its candidates (as its engine ranked them), or
+    the error it raised."""
 
-    hits: list[SearchHit] | None = None
+    candidates: Candidates | None = None
     error: str | None = None
 
 
-def _attempt(request: SearchRequest, answer: SearchAnswer, min_evidence_score: float) -> SearchAttempt:
+def _attempt(
+    request: SearchRequest, hits: list[SearchHit] | None, error: str | None, min_evidence_score: float
+) -> SearchAttempt:
     kind: AttemptKind = "filtered" if request.category is not None else "unfiltered"
-    if answer.hits is None:
-        return SearchAttempt(kind, request.category, request.top_k, error=answer.error)
+    if hits is None:
+        return SearchAttempt(kind, request.category, request.top_k, error=error)
     cjk = script_of(request.query_text) == "cjk"
-    usable = [hit for hit in answer.hits if _is_usable(hit, min_evidence_score, cjk)]
-    return SearchAttempt(kind, request.category, request.top_k, answer.hits, usable)
+    usable = [hit for hit in hits if _is_usable(hit, min_evidence_score, cjk)]
+    return SearchAttempt(kind, request.category, request.top_k, hits, usable)
 
 
 def _error(exc: Exception) -> str:
@@ -242,13 +247,52 @@ def l1_answers(l1_requests: list[SearchRequest], search_port: KnowledgeSearchPor
 
 
 @config.when(l1_enabled=True)
-def l1_searches(
-    l1_requests: list[SearchRequest], l1_answers: list[SearchAnswer], min_evidence_score: float
-) -> list[SearchAttempt]:
-    """Each request with its answer, and the hits usable as evidence."""
+def fused_answers(
+    l1_requests: list[SearchRequest], l1_answers: list[SearchAnswer], search_port: KnowledgeSearchPort
+) -> list[SearchAnswer]:
+    """Each request's answer as the lookup fuses it: the store's, or, for a hybrid search whose
+    BM25 leg matched too few chunks for its fusion, the same search fused again by
+    ``retrieval.few_matches_fusion`` (:func:`~lookup_knowledge.ranking.few_matches_searches`),
+    asked in one more batch only then (a failure is that request's error)."""
+    again = few_matches_searches(l1_requests, [answer.candidates for answer in l1_answers])
+    if not again:
+        return l1_answers
+    try:
+        fused_again = [
+            SearchAnswer(candidates) for candidates in search_port.search_batch(list(again.values()))
+        ]
+    except Exception as exc:  # traced as the search's error, answered by the fallback
+        fused_again = [SearchAnswer(error=_error(exc))] * len(again)
+    answers = list(l1_answers)
+    for n, answer in zip(again, fused_again, strict=True):
+        answers[n] = answer
+    return answers
+
+
+@config.when(l1_enabled=True)
+def ranked_hits(
+    l1_requests: list[SearchRequest], fused_answers: list[SearchAnswer]
+) -> list[list[SearchHit] | None]:
+    """Each search's hits (``None``: it failed): equal scores ordered by BM25 place, then point
+    id, cut to ``retrieve_k``, each hit placed in the dense, sparse and multilingual searches
+    (:func:`~lookup_knowledge.ranking.rank`)."""
     return [
-        _attempt(request, answer, min_evidence_score)
-        for request, answer in zip(l1_requests, l1_answers, strict=True)
+        None if answer.candidates is None else rank(request, answer.candidates)
+        for request, answer in zip(l1_requests, fused_answers, strict=True)
+    ]
+
+
+@config.when(l1_enabled=True)
+def l1_searches(
+    l1_requests: list[SearchRequest],
+    fused_answers: list[SearchAnswer],
+    ranked_hits: list[list[SearchHit] | None],
+    min_evidence_score: float,
+) -> list[SearchAttempt]:
+    """Each request with its hits (or error), and the hits usable as evidence."""
+    return [
+        _attempt(request, hits, answer.error, min_evidence_score)
+        for request, answer, hits in zip(l1_requests, fused_answers, ranked_hits, strict=True)
     ]
 
 
@@ -290,7 +334,11 @@ def unfiltered_hits(
     if _threshold_verdict(filtered, fallback_policy) == "filtered_top_at_threshold":
         return None
     retry = replace(l1_requests[0], category=None)
-    return _attempt(retry, _ask_one(retry, search_port), min_evidence_score)
+    try:
+        (hits,) = searched_hits(search_port, [retry])
+    except Exception as exc:  # any backend failure is traced and answered by the fallback
+        return _attempt(retry, None, _error(exc), min_evidence_score)
+    return _attempt(retry, hits, None, min_evidence_score)
 
 
 def _overlap(filtered: list[SearchHit], unfiltered: list[SearchHit]) -> float | None:

@@ -32,6 +32,7 @@ from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.search import AccessFilter, KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.probes import PROBE_QUERIES
+from lookup_knowledge.ranking import searched_hits
 
 logger = logging.getLogger(__name__)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
@@ -253,7 +254,7 @@ class ProbeCalibration:
         if kept is None:  # embedded once per model: a new search shape costs one search
             embedded = embedder.embed_queries(list(self.probes))
             kept = self._vectors.setdefault(id(embedder), (embedder, embedded))
-        answers = search_port.search_batch(_shaped_like(request, self.probes, kept[1]))
+        answers = searched_hits(search_port, _shaped_like(request, self.probes, kept[1]))
         tops: dict[Script, list[float]] = {"cjk": [], "alphabetic": []}
         for probe, hits in zip(self.probes, answers, strict=True):
             tops[script_of(probe)].append(_top_cosine(hits))
@@ -366,7 +367,7 @@ def _own_tops(
     if len(questions) < MIN_OWN_QUESTIONS:
         return ()
     texts = list(questions.values())
-    answers = search_port.search_batch(_shaped_like(request, texts, embed(texts)))
+    answers = searched_hits(search_port, _shaped_like(request, texts, embed(texts)))
     return tuple(
         _top_cosine([hit for hit in hits if hit.doc_id != doc_id])
         for doc_id, hits in zip(questions, answers, strict=True)

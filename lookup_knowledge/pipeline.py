@@ -33,6 +33,7 @@ DATAFLOW_MODULES = (query_understanding, retrieval, postprocessing, freshness, a
 FINAL_NODE = "lookup_result"
 REQUEST_NODE = "l1_requests"  # what to ask the store; ``l1_answers`` asks it
 ANSWER_NODE = "l1_answers"
+FUSED_NODE = "fused_answers"  # the answers with a few-matches search fused again
 DEFAULT_MODE = RetrievalConfig().mode
 VARIANTS: dict[str, dict[str, bool | str]] = {
     "default": {"l0_enabled": True, "l1_enabled": True, "retrieval_mode": DEFAULT_MODE},

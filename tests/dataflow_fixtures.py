@@ -15,11 +15,18 @@ from lookup_knowledge import ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.corpus import SourceDocument, read_corpus
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
-from lookup_knowledge.adapters.search import AccessScope, KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.adapters.search import (
+    AccessScope,
+    Candidates,
+    KnowledgeSearchPort,
+    SearchHit,
+    SearchRequest,
+)
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.calibration import ProbeCalibration, own_question
 from lookup_knowledge.config import Config
 from lookup_knowledge.probes import PROBE_QUERIES
+from lookup_knowledge.ranking import rank, searched_hits
 from lookup_knowledge.stores import l0_index_path, open_store
 
 # Queries with a known L0 shape on the sample knowledge base.
@@ -89,7 +96,8 @@ def make_tool(
 
 @dataclass
 class SearchCall:
-    """One search the port was asked for, and what it answered (hits, or the error raised)."""
+    """One search the port was asked for, and what it answered: its hits as the lookup ranks
+    them (the store's candidates ranked, ``lookup_knowledge.ranking.rank``), or the error raised."""
 
     request: SearchRequest
     hits: list[SearchHit] = field(default_factory=list)
@@ -104,7 +112,10 @@ class FaultySearchPort(KnowledgeSearchPort):
     each request and each round trip.
 
     The only test double of the suite: it injects backend faults and lets a test see which
-    searches really ran, how they were sent, and which hits they really returned.
+    searches really ran, how they were sent, and which hits they really returned. A hybrid search
+    that the DAG fuses again because its BM25 leg matched few chunks (``fused_answers``) is
+    recorded apart, in :attr:`refusions` and :attr:`refusion_trips`: :attr:`calls` and
+    :attr:`round_trips` are the lookup's searches.
     """
 
     def __init__(
@@ -127,26 +138,38 @@ class FaultySearchPort(KnowledgeSearchPort):
         self.message = message
         self.calls: list[SearchCall] = []
         self.round_trips: list[list[SearchRequest]] = []  # one entry per search / search_batch
+        self.refusions: list[SearchCall] = []  # few-matches searches fused again
+        self.refusion_trips: list[list[SearchRequest]] = []  # and their round trips
         self._own_questions: set[str] = set()  # questions the calibration makes from sampled chunks
 
     def _fails(self, request: SearchRequest) -> bool:
         filtered = request.category is not None
         return self.fail_all or (self.fail_filtered and filtered) or (self.fail_unfiltered and not filtered)
 
-    def search(self, request: SearchRequest) -> list[SearchHit]:
+    def search(self, request: SearchRequest) -> Candidates:
         self.round_trips.append([request])
         return self._search(request)
 
-    def _search(self, request: SearchRequest) -> list[SearchHit]:
+    def _refusion(self, request: SearchRequest) -> bool:
+        """Whether ``request`` is an earlier search fused again (same query and filter, another
+        fusion: ``lookup_knowledge.ranking.few_matches_search``)."""
+        return request.mode == "hybrid" and any(
+            (call.request.query_text, call.request.category) == (request.query_text, request.category)
+            and call.request.fusion != request.fusion
+            for call in self.calls
+        )
+
+    def _search(self, request: SearchRequest) -> Candidates:
         call = SearchCall(request)
-        self.calls.append(call)
+        (self.refusions if self._refusion(request) else self.calls).append(call)
         if self._fails(request):
             call.error = self.message
             raise ConnectionError(self.message)
-        call.hits = self.inner.search(request)
-        return call.hits
+        candidates = self.inner.search(request)
+        call.hits = rank(request, candidates)
+        return candidates
 
-    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[Candidates]:
         """Like a store's batch: one failing request fails the whole round trip.
 
         The store's calibration searches (its probes and the questions made from its own chunks,
@@ -157,7 +180,8 @@ class FaultySearchPort(KnowledgeSearchPort):
             if any(self._fails(request) for request in requests):
                 raise ConnectionError(self.message)
             return self.inner.search_batch(requests)
-        self.round_trips.append(list(requests))
+        trips = self.refusion_trips if all(self._refusion(r) for r in requests) else self.round_trips
+        trips.append(list(requests))
         return [self._search(request) for request in requests]
 
     def term_idf(self, token_ids: Sequence[int], access: AccessScope | None = None) -> dict[int, float]:
@@ -182,10 +206,16 @@ class FaultySearchPort(KnowledgeSearchPort):
         """Evidence key -> hit, over every hit any search returned."""
         return {
             hit.payload["evidence_key"]: hit
-            for call in self.calls
+            for call in [*self.calls, *self.refusions]
             for hit in call.hits
             if "evidence_key" in hit.payload
         }
+
+
+def searched(search_port: KnowledgeSearchPort, request: SearchRequest) -> list[SearchHit]:
+    """One search's hits as a lookup ranks them: the store's candidates, a few-matches search
+    fused again, equal scores ordered (``lookup_knowledge.ranking.searched_hits``)."""
+    return searched_hits(search_port, [request])[0]
 
 
 def as_json(result: Any) -> dict[str, Any]:

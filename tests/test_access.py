@@ -27,6 +27,7 @@ from access_fixtures import (
 )
 from conftest import SMALL_CORPUS, make_config, write_markdown
 from conftest import write_corpus as write_markdown_corpus
+from dataflow_fixtures import searched
 from hashing_embedder import HashingEmbedder
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -55,6 +56,7 @@ from lookup_knowledge.agent.mcp_server import build_server
 from lookup_knowledge.agent.tool_definition import TOOL_NAME
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.config import Config, ConfigError, load_config
+from lookup_knowledge.ranking import searched_hits
 from lookup_knowledge.stores import l0_index_path, open_store
 
 EMBEDDER = HashingEmbedder()
@@ -160,7 +162,7 @@ def test_every_query_of_a_search_carries_the_access_filter(access_store: Knowled
     }
     requests = [replace(base, access=scope) for scope in expected]
     filtered = [replace(request, category="payments") for request in requests]
-    answers = access_store.search_batch(requests + filtered)  # one batch: companions, cosines, counts
+    answers = searched_hits(access_store, requests + filtered)  # one batch: companions, cosines, counts
     for scope, hits in zip(expected, answers[: len(expected)], strict=True):
         assert {hit.doc_id for hit in hits} == expected[scope], scope
         assert all(hit.dense_score is not None for hit in hits)
@@ -172,9 +174,9 @@ def test_every_query_of_a_search_carries_the_access_filter(access_store: Knowled
 def test_an_access_change_is_a_payload_update_seen_by_the_next_search(access_store: KnowledgeStore) -> None:
     text = "refund policy number 0 for the team"
     request = SearchRequest(text, EMBEDDER.embed_query(text), 10, access=AccessScope.of(["eng"]).filter)
-    assert "doc0" not in {hit.doc_id for hit in access_store.search(request)}
+    assert "doc0" not in {hit.doc_id for hit in searched(access_store, request)}
     access_store.set_access("doc0", ["eng"])
-    assert "doc0" in {hit.doc_id for hit in access_store.search(request)}
+    assert "doc0" in {hit.doc_id for hit in searched(access_store, request)}
     assert access_store.documents()["doc0"].holds_access(["eng"])
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import inspect
 from pathlib import Path
 from typing import get_type_hints
 
 import pytest
 
-from lookup_knowledge import contract
+from lookup_knowledge import contract, ranking
 from lookup_knowledge.adapters.search import KnowledgeSearchPort
 from lookup_knowledge.adapters.server_port import ReconnectingSearchPort
 from lookup_knowledge.adapters.shared_store import SharedSearchPort
@@ -174,6 +175,7 @@ def test_the_fallback_decision_is_the_contracts_own_type() -> None:
 
 STORE_READS = {
     "l1_answers",
+    "fused_answers",  # a few-matches search fused again
     "unfiltered_hits",
     "probe_null",
     "query_term_idf",
@@ -187,6 +189,53 @@ def test_only_the_store_reads_take_the_search_port(mode: str) -> None:
     graph = build_driver({"l0_enabled": True, "l1_enabled": True, "retrieval_mode": mode}).graph
     readers = {node.name for node in graph.nodes.values() if "search_port" in node.input_types}
     assert readers == STORE_READS
+
+
+RANKING_RULES = {
+    name
+    for name, member in vars(ranking).items()
+    if inspect.isfunction(member) and member.__module__ == ranking.__name__
+} | {"DBSF_FULL_SCALE"}
+RANKING_WORDS = ("untie", "tie_break", "few_matches", "refus")  # a name that says it decides a ranking
+
+
+def ranking_decisions(path: Path) -> set[str]:
+    """The functions, classes and module-level names a file defines that are, or are named like,
+    the DAG's ranking rules (``lookup_knowledge/ranking.py``), and its imports of them."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        defined |= {target.id for target in targets if isinstance(target, ast.Name)}
+    found = {
+        name for name in defined if name.strip("_") in RANKING_RULES or any(w in name for w in RANKING_WORDS)
+    }
+    return found | {name for name in imported_modules(path) if name == ranking.__name__}
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("adapters/*.py")), ids=str)
+def test_no_adapter_makes_a_ranking_decision(path: Path) -> None:
+    """A store answers with its engine's lists as the engine ranked them; fusing a few-matches
+    search again and ordering equal scores are the DAG's (``fused_answers``, ``ranked_hits``),
+    where the trace shows them."""
+    assert ranking_decisions(path) == set()
+
+
+def test_the_ranking_check_sees_a_tie_break_and_a_refusion(tmp_path: Path) -> None:
+    module = tmp_path / "store.py"
+    module.write_text(
+        "TIE = 6\ndef _untied(points):\n    return sorted(points)\n"
+        "class Request:\n    def few_matches_search(self, n):\n        return self\n"
+        "def hits():\n    from lookup_knowledge.ranking import rank\n",
+        encoding="utf-8",
+    )
+    assert ranking_decisions(module) == {"_untied", "few_matches_search", "lookup_knowledge.ranking"}
+
+
+def test_the_ranking_decisions_are_nodes_the_trace_shows() -> None:
+    graph = build_driver({"l0_enabled": True, "l1_enabled": True, "retrieval_mode": "hybrid"}).graph
+    assert {"fused_answers", "ranked_hits"} <= set(graph.nodes)
+    assert "ranked_hits" in {node.name for node in graph.nodes["l1_searches"].dependencies}
 
 
 def test_each_verdict_node_reads_at_once() -> None:

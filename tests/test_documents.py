@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_config
+from dataflow_fixtures import searched
 from hashing_embedder import HashingEmbedder
 
 from lookup_knowledge.adapters import documents
@@ -323,7 +324,7 @@ def test_ingest_keeps_the_converted_text_and_reingests_incrementally(
 
     store = open_store(config, embedder.dimension, create=False)
     try:
-        hits = store.search(SearchRequest("all", embedder.embed_query("refund").tolist(), top_k=100))
+        hits = searched(store, SearchRequest("all", embedder.embed_query("refund").tolist(), top_k=100))
     finally:
         store.close()
     for hit in hits:  # every block an exact excerpt of its document's kept converted text

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from lookup_knowledge import KnowledgeTool, ingest, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
+from lookup_knowledge.adapters.search import Candidates, KnowledgeSearchPort, SearchRequest
 from lookup_knowledge.cli.app import app
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.eval.batch import CHUNK_SIZE, lookup_many
@@ -399,6 +399,33 @@ def test_a_batch_sends_the_requests_of_every_dag_in_one_round_trip(tool: Knowled
     ]  # the DAG's own requests, in order: each filtered search and its unfiltered companion
 
 
+def test_a_batch_fuses_its_few_matches_searches_again_in_one_more_round_trip(tool: KnowledgeTool) -> None:
+    """Every BM25 leg of this small store is short, so each hybrid search that matched any chunk
+    is fused again by RRF (the DAG's ``fused_answers``): a batch asks all of its chunk's in one
+    more round trip, with the results each single lookup gets asking its own."""
+    spy = FaultySearchPort(tool.search_port)
+    batched = KnowledgeTool(tool.config, search_port=spy, embedder=tool.embedder, l0_index=tool.l0_index)
+    queries = ["refund", "rotate the API keys", "disk usage of brokers", "zebra migration"]
+    results = lookup_many(batched, queries)
+    (trip,) = spy.refusion_trips
+    assert {r.fusion for r in trip} == {"rrf"}
+    assert {r.query_text for r in trip} == set(queries[:3])  # "zebra migration": no BM25 match
+    for result in results[:3]:
+        assert any(
+            reason.endswith("(rrf)") for block in result.evidence_blocks for reason in block.hit_reasons
+        )
+    nodes = [n.name for n in results[0].retrieval_trace.executed_nodes]
+    assert nodes[nodes.index("l1_answers") :][:3] == ["l1_answers", "fused_answers", "ranked_hits"]
+    alone = KnowledgeTool(
+        tool.config, search_port=tool.search_port, embedder=tool.embedder, l0_index=tool.l0_index
+    )
+    for query, result in zip(queries, results, strict=True):
+        single = alone.lookup(query).evidence_blocks
+        assert [(b.evidence_key, b.hit_reasons) for b in single] == [
+            (b.evidence_key, b.hit_reasons) for b in result.evidence_blocks
+        ]
+
+
 class _ThreadRecorder(OneAtATime):
     """The real model; records the thread and the texts of each batch it encodes."""
 
@@ -437,7 +464,7 @@ class _FreezeWatch(FaultySearchPort):
         super().__init__(inner)
         self.frozen: list[int] = []
 
-    def search_batch(self, requests: Sequence[SearchRequest]) -> list[list[SearchHit]]:
+    def search_batch(self, requests: Sequence[SearchRequest]) -> list[Candidates]:
         self.frozen.append(gc.get_freeze_count())
         return super().search_batch(requests)
 

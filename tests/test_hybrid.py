@@ -24,6 +24,7 @@ from dataflow_fixtures import (
     SampleKB,
     ingest_kb,
     make_tool,
+    searched,
 )
 from qdrant_client import QdrantClient, models
 
@@ -41,7 +42,7 @@ from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.qdrant_store import SPARSE_VECTOR, ScoredPoints
 from lookup_knowledge.adapters.search import (
-    DBSF_FULL_SCALE,
+    Candidates,
     KnowledgeStore,
     SearchHit,
     SearchRequest,
@@ -61,6 +62,7 @@ from lookup_knowledge.adapters.sparse import (
 )
 from lookup_knowledge.contract import LookupResult
 from lookup_knowledge.dataflows.abstention import named_evidence
+from lookup_knowledge.ranking import DBSF_FULL_SCALE, few_matches_search, rank, searched_hits
 
 # (doc_id, category, text): "INV-48213" is named by one chunk only; MiniLM ranks the invoice
 # chunk first for it, BM25 the settlement chunk that holds the exact code.
@@ -321,26 +323,29 @@ def test_a_hit_reason_lists_the_first_matched_terms_while_the_verdict_reads_them
 
 
 def test_equal_scores_are_cut_by_point_id_whether_the_engine_gives_uuids_or_text() -> None:
-    """The adapters keep the engine's ids as they come (Edge: ``uuid.UUID``) until a hit is
-    built; ties are then cut in the order of the ids' text, as for a store that gives text."""
+    """The adapters keep the engine's ids and order as they come (Edge: ``uuid.UUID``) and give
+    candidates with text ids; the ranking cuts ties in the order of the ids' text, as for a store
+    that gives text."""
     ids = [uuid.uuid5(uuid.NAMESPACE_URL, f"chunk-{n}") for n in range(12)]
     request = SearchRequest(
         "refund", [1.0, 0.0], top_k=3, mode="hybrid", sparse_vector=SparseVector((7,), (1.0,))
     )
     vectors = {SPARSE_VECTOR: SparseVector((7,), (1.0,))}
 
-    def hits(as_id):  # every score ties; the dense companion lists the ids in reverse
+    def candidates(as_id):  # every score ties; the dense companion lists the ids in reverse
         points = [(as_id(pid), 0.5, {"content": "refund"}, vectors) for pid in ids]
         dense = [(as_id(pid), 0.9) for pid in reversed(ids)]
-        scored = ScoredPoints(request, points, dense, [(as_id(pid), 2.0) for pid in ids])
+        scored = ScoredPoints(request, points, [dense, [(as_id(pid), 2.0) for pid in ids]])
         assert scored.missing_cosines == []
-        return scored.hits()
+        return scored.candidates()
 
-    from_uuids, from_text = hits(lambda pid: pid), hits(str)
-    assert [hit.point_id for hit in from_uuids] == sorted(map(str, ids))[:3]
-    assert from_uuids == from_text
-    assert all(isinstance(hit.point_id, str) for hit in from_uuids)
-    assert [hit.dense_rank for hit in from_uuids] == [1, 2, 3]  # companion ties cut by id too
+    from_uuids, from_text = candidates(lambda pid: pid), candidates(str)
+    assert from_uuids == from_text  # the engine's order, ids as text
+    assert [hit.point_id for hit in from_uuids.hits] == [str(pid) for pid in ids]
+    assert all(hit.dense_rank is None for hit in from_uuids.hits)  # placed by the DAG, not the store
+    hits = rank(request, from_uuids)
+    assert [hit.point_id for hit in hits] == sorted(map(str, ids))[:3]
+    assert [hit.dense_rank for hit in hits] == [1, 2, 3]  # companion ties cut by id too
 
 
 def test_sparse_text_holds_title_breadcrumb_and_content_once() -> None:
@@ -355,8 +360,8 @@ def test_sparse_text_holds_title_breadcrumb_and_content_once() -> None:
 @pytest.mark.parametrize("kind", STORE_KINDS)
 def test_sparse_finds_an_exact_code_that_dense_misses(stores, embedder, kind: str) -> None:
     store = stores[kind]
-    dense = store.search(request(embedder, CODE_QUERY, "dense"))
-    sparse = store.search(request(embedder, CODE_QUERY, "sparse"))
+    dense = searched(store, request(embedder, CODE_QUERY, "dense"))
+    sparse = searched(store, request(embedder, CODE_QUERY, "sparse"))
     assert dense[0].doc_id == "invoices"  # MiniLM: "an invoice number"
     assert sparse[0].doc_id == "settlement"
     assert sparse[0].matched_terms == ("inv-48213",)  # the whole code, which hides its parts
@@ -364,7 +369,7 @@ def test_sparse_finds_an_exact_code_that_dense_misses(stores, embedder, kind: st
     assert sparse[0].dense_score == pytest.approx(
         next(h.score for h in dense if h.doc_id == "settlement"), abs=1e-4
     )
-    hybrid = store.search(request(embedder, CODE_QUERY, "hybrid"))
+    hybrid = searched(store, request(embedder, CODE_QUERY, "hybrid"))
     assert {h.doc_id for h in hybrid[:2]} == {"settlement", "invoices"}  # each first in one search
     for hits in (sparse, hybrid):  # the chunk holding the code says so; "INV-2024-0042" does not
         assert {h.doc_id: h.exact_codes for h in hits}["settlement"] == (CODE_QUERY,)
@@ -378,7 +383,7 @@ def test_sparse_finds_an_exact_code_that_dense_misses(stores, embedder, kind: st
     [("如何申请增值税专用发票", "fapiao"), ("退款需要多长时间", "refund-zh"), ("怎么注销账户", "closure-zh")],
 )
 def test_a_chinese_query_finds_its_chinese_chunk_by_its_words(stores, embedder, kind, query, doc_id) -> None:
-    hits = stores[kind].search(request(embedder, query, "sparse"))
+    hits = searched(stores[kind], request(embedder, query, "sparse"))
     assert hits[0].doc_id == doc_id
     assert hits[0].matched_terms
     assert all(term in query for term in hits[0].matched_terms)
@@ -388,8 +393,8 @@ def test_a_chinese_query_finds_its_chinese_chunk_by_its_words(stores, embedder, 
 @pytest.mark.parametrize("mode", ["sparse", "hybrid"])
 def test_every_hit_keeps_its_dense_cosine_as_normalized_score(stores, embedder, kind, mode) -> None:
     query = "card payment declined"
-    cosines = {h.doc_id: h.score for h in stores[kind].search(request(embedder, query, "dense"))}
-    for hit in stores[kind].search(request(embedder, query, mode)):
+    cosines = {h.doc_id: h.score for h in searched(stores[kind], request(embedder, query, "dense"))}
+    for hit in searched(stores[kind], request(embedder, query, mode)):
         assert hit.dense_score == pytest.approx(cosines[hit.doc_id], abs=1e-4)
         assert hit.normalized_score == pytest.approx(min(1.0, max(0.0, cosines[hit.doc_id])), abs=1e-4)
 
@@ -397,9 +402,9 @@ def test_every_hit_keeps_its_dense_cosine_as_normalized_score(stores, embedder, 
 @pytest.mark.parametrize("kind", STORE_KINDS)
 def test_hybrid_hits_report_their_fused_score_and_places(stores, embedder, kind) -> None:
     query = "declined card payments refund"
-    hybrid = stores[kind].search(request(embedder, query, "hybrid", fusion="rrf"))
-    dense = [h.doc_id for h in stores[kind].search(request(embedder, query, "dense"))]
-    sparse = [h.doc_id for h in stores[kind].search(request(embedder, query, "sparse"))]
+    hybrid = searched(stores[kind], request(embedder, query, "hybrid", fusion="rrf"))
+    dense = [h.doc_id for h in searched(stores[kind], request(embedder, query, "dense"))]
+    sparse = [h.doc_id for h in searched(stores[kind], request(embedder, query, "sparse"))]
     assert [h.score for h in hybrid] == sorted((h.score for h in hybrid), reverse=True)
     for hit in hybrid:
         assert hit.fused_score == hit.score
@@ -413,9 +418,9 @@ def test_hybrid_hits_report_their_fused_score_and_places(stores, embedder, kind)
 @pytest.mark.parametrize("kind", STORE_KINDS)
 @pytest.mark.parametrize("mode", ["sparse", "hybrid"])
 def test_the_category_filter_holds_in_every_mode(stores, embedder, kind, mode) -> None:
-    hits = stores[kind].search(request(embedder, "INV-48213 invoice", mode, category="finance"))
+    hits = searched(stores[kind], request(embedder, "INV-48213 invoice", mode, category="finance"))
     assert [h.doc_id for h in hits] == ["invoices"]
-    hits = stores[kind].search(request(embedder, "card payment", mode, category="payments"))
+    hits = searched(stores[kind], request(embedder, "card payment", mode, category="payments"))
     assert {h.doc_id for h in hits} <= {"settlement", "declines", "refunds"}
 
 
@@ -429,7 +434,7 @@ def test_all_adapters_rank_alike(stores, embedder, mode, fusion, few, category) 
     for query in queries:
         options = {"category": category, "fusion": fusion, "prefetch_k": 6, "few_matches_fusion": few}
         req = request(embedder, query, mode, top_k=5, **options)
-        results = {kind: store.search(req) for kind, store in stores.items()}
+        results = {kind: searched(store, req) for kind, store in stores.items()}
         if mode == "hybrid" and few:  # every BM25 leg here is short: fused again when it matched any
             matched = any(h.sparse_rank for h in results["edge"])
             assert {h.fusion for h in results["edge"]} == {"rrf" if matched else "dbsf"}, query
@@ -452,10 +457,10 @@ def untied(hits: list[SearchHit]) -> list[SearchHit]:
 @pytest.mark.parametrize("kind", STORE_KINDS)
 def test_search_batch_of_mixed_modes_equals_single_searches(stores, embedder, kind) -> None:
     requests = [request(embedder, CODE_QUERY, mode, category=c) for mode in MODES for c in (None, "payments")]
-    batched = stores[kind].search_batch(requests)
+    batched = searched_hits(stores[kind], requests)
     for req, hits in zip(requests, batched, strict=True):
         assert [(h.point_id, h.score) for h in hits] == [
-            (h.point_id, h.score) for h in stores[kind].search(req)
+            (h.point_id, h.score) for h in searched(stores[kind], req)
         ]
 
 
@@ -692,7 +697,8 @@ def _ranked_keys(
     width = retrieval.effective_retrieve_k + (0 if mode == "hybrid" else 8)
     english = language_of(query) == "en"
     multilingual = None if english else tool.multilingual_embedder.embed_query(query).tolist()
-    found = tool.search_port.search(
+    found = searched(
+        tool.search_port,
         SearchRequest(
             query, tool.embedder.embed_query(query).tolist(), width, category=category,
             mode="hybrid" if mode == "multilingual" else mode,
@@ -873,14 +879,18 @@ def test_a_search_whose_bm25_leg_is_full_keeps_its_fusion() -> None:
     request = SearchRequest(
         "q", [1.0, 0.0], 20, mode="hybrid", sparse_vector=SparseVector((7,), (1.0,)), few_matches_fusion="rrf"
     )
-    assert request.few_matches_search(request.ranked_width) is None  # a full companion: DBSF stands
-    assert request.few_matches_search(DBSF_FULL_SCALE) is None  # enough scores to rescale the best to 1
-    assert request.few_matches_search(DBSF_FULL_SCALE - 1).fusion == "rrf"
-    assert request.few_matches_search(0) is None  # BM25 matched nothing: nothing to weigh
-    assert request.few_matches_search(1).fusion == "rrf"
-    assert replace(request, few_matches_fusion=None).few_matches_search(1) is None
-    assert replace(request, fusion="rrf").few_matches_search(1) is None
-    assert replace(request, mode="sparse").few_matches_search(1) is None
+
+    def again(req: SearchRequest, matches: int) -> SearchRequest | None:  # a BM25 leg of n matches
+        return few_matches_search(req, Candidates([], sparse=[(f"p{n}", 1.0) for n in range(matches)]))
+
+    assert again(request, request.ranked_width) is None  # a full companion: DBSF stands
+    assert again(request, DBSF_FULL_SCALE) is None  # enough scores to rescale the best to 1
+    assert again(request, DBSF_FULL_SCALE - 1).fusion == "rrf"
+    assert again(request, 0) is None  # BM25 matched nothing: nothing to weigh
+    assert again(request, 1).fusion == "rrf"
+    assert again(replace(request, few_matches_fusion=None), 1) is None
+    assert again(replace(request, fusion="rrf"), 1) is None
+    assert again(replace(request, mode="sparse"), 1) is None
 
 
 def test_a_query_made_of_codes_a_best_hit_holds_is_evidence_whatever_its_margin(colour_kb, embedder) -> None:

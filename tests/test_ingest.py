@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import INGEST_PHASES, SMALL_CORPUS, make_config, without_progress, write_markdown
+from dataflow_fixtures import searched
 from hashing_embedder import HashingEmbedder
 from rich.console import Console
 from typer.testing import CliRunner
@@ -48,7 +49,7 @@ def stored_chunks(config: Config, embedder, doc_id: str) -> list[SearchHit]:
     """Every stored chunk of one document, by chunk index."""
     with opened(config) as store:
         query = embedder.embed_query("anything").tolist()
-        hits = store.search(SearchRequest("all", query, top_k=1000))
+        hits = searched(store, SearchRequest("all", query, top_k=1000))
     return sorted((h for h in hits if h.doc_id == doc_id), key=lambda h: h.chunk_index)
 
 
@@ -113,7 +114,7 @@ def test_store_holds_one_hash_per_document(sample: SampleIngest) -> None:
 def test_stored_chunks_carry_evidence_payload(sample: SampleIngest, embedder) -> None:
     query = embedder.embed_query("kafka consumer lag alert").tolist()
     with opened(sample.config) as store:
-        (hit,) = store.search(SearchRequest("kafka", query, top_k=1))
+        (hit,) = searched(store, SearchRequest("kafka", query, top_k=1))
     assert hit.doc_id == "infrastructure/kafka-operations-runbook.md"
     assert hit.payload["evidence_key"] == f"{hit.doc_id}#chunk-{hit.chunk_index}"
     assert hit.payload["title"] == "Kafka Operations Runbook"
@@ -133,7 +134,7 @@ STORED_KEYS = {  # what every release since access control writes: a rename need
 
 def test_every_stored_payload_has_exactly_the_schemas_keys(sample: SampleIngest, embedder) -> None:
     with opened(sample.config) as store:
-        hits = store.search(SearchRequest("all", embedder.embed_query("anything").tolist(), top_k=1000))
+        hits = searched(store, SearchRequest("all", embedder.embed_query("anything").tolist(), top_k=1000))
     assert len(hits) == sample.expected_chunks
     assert PAYLOAD_FIELDS == set(ChunkPayload.__annotations__) == STORED_KEYS
     assert all(set(hit.payload) == PAYLOAD_FIELDS for hit in hits)
@@ -187,7 +188,7 @@ def test_a_store_ingested_before_locations_still_serves(tmp_path: Path, embedder
 def test_category_filter_works_on_ingested_data(sample: SampleIngest, embedder) -> None:
     query = embedder.embed_query("who handles invoices").tolist()
     with opened(sample.config) as store:
-        hits = store.search(SearchRequest("q", query, top_k=10, category="payments"))
+        hits = searched(store, SearchRequest("q", query, top_k=10, category="payments"))
     assert hits
     assert all(h.payload["category"] == ["payments"] for h in hits)
 
@@ -351,7 +352,9 @@ def test_a_page_with_no_body_text_is_skipped_with_its_reason_and_its_old_version
     assert (report.documents, report.unchanged, report.pruned) == (3, 3, 1)  # billing's old version went
     with opened(config) as store:
         assert sorted(store.documents()) == ["api-keys", "kafka-runbook", "refunds"]
-        hits = store.search(SearchRequest("all", embedder.embed_query("billing policy").tolist(), top_k=100))
+        hits = searched(
+            store, SearchRequest("all", embedder.embed_query("billing policy").tolist(), top_k=100)
+        )
     assert len(hits) == report.points_in_store
     assert all(hit.payload["location"] and hit.content.strip() != hit.payload["title"] for hit in hits)
     assert "billing" not in L0Index.load(l0_index_path(config)).documents

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import make_config, write_corpus
+from dataflow_fixtures import searched
 
 from lookup_knowledge import KnowledgeTool, ingest
 from lookup_knowledge.adapters.multilingual import MultilingualEmbedder, language_of
@@ -248,12 +249,12 @@ def test_both_adapters_fuse_the_multilingual_leg_and_report_its_places(tmp_path:
     try:
         assert store.multilingual_vectors
         store.upsert(_chunks())
-        hits = store.search(_request([0.0, 1.0, 0.0]))
+        hits = searched(store, _request([0.0, 1.0, 0.0]))
         by_doc = {hit.doc_id: hit for hit in hits}
         assert by_doc["doc-1"].multilingual_rank == 1
         assert by_doc["doc-1"].multilingual_score == pytest.approx(1.0, abs=1e-4)
         assert by_doc["doc-0"].multilingual_score == pytest.approx(0.0, abs=1e-4)
-        assert all(hit.multilingual_score is None for hit in store.search(_request(None)))
+        assert all(hit.multilingual_score is None for hit in searched(store, _request(None)))
     finally:
         store.close()
 
@@ -265,7 +266,7 @@ def test_an_edge_store_without_the_vectors_searches_without_the_leg(tmp_path: Pa
     reopened = QdrantEdgeStore(tmp_path / "s", 4, multilingual_dimension=3)  # as an ingest that wants them
     try:
         assert not reopened.multilingual_vectors
-        hits = reopened.search(_request([0.0, 1.0, 0.0]))
+        hits = searched(reopened, _request([0.0, 1.0, 0.0]))
         assert [hit.doc_id for hit in hits][0] == "doc-0" and all(h.multilingual_rank is None for h in hits)
     finally:
         reopened.close()

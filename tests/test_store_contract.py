@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dataflow_fixtures import searched
 
 from lookup_knowledge.adapters import qdrant_client_store, qdrant_edge_store
 from lookup_knowledge.adapters.errors import PointGoneError
@@ -29,6 +30,7 @@ from lookup_knowledge.adapters.search import (
     point_id_for,
 )
 from lookup_knowledge.adapters.sparse import bm25_encoder
+from lookup_knowledge.ranking import searched_hits
 
 # (doc_id, chunk_index, categories, text)
 CHUNKS: list[tuple[str, int, list[str], str]] = [
@@ -170,7 +172,7 @@ def test_store_implements_the_ports(loaded: KnowledgeStore) -> None:
 def test_new_store_is_empty(store: KnowledgeStore, vectors) -> None:
     assert store.count() == 0
     assert store.documents() == {}
-    assert store.search(request(vectors, QUERIES[0])) == []
+    assert searched(store, request(vectors, QUERIES[0])) == []
 
 
 def test_upsert_writes_one_point_per_chunk(loaded: KnowledgeStore) -> None:
@@ -187,7 +189,7 @@ def test_upsert_of_same_key_and_version_replaces_the_point(filled: KnowledgeStor
     replacement = stored(vectors, "refunds", 0, ["payments"], "replaced", 1, vector=kafka_vector)
     filled.upsert([replacement])
     assert filled.count() == len(CHUNKS)
-    top = filled.search(request(vectors, "kafka consumers are lagging", top_k=2))
+    top = searched(filled, request(vectors, "kafka consumers are lagging", top_k=2))
     assert "refunds#chunk-0" in ranked(top)
     assert next(h for h in top if h.doc_id == "refunds").content == "replaced"
 
@@ -209,21 +211,21 @@ def test_search_ranks_the_relevant_chunk_first(loaded: KnowledgeStore, vectors) 
         "database failover steps": "postgres",
     }
     for query, doc_id in expectations.items():
-        assert loaded.search(request(vectors, query))[0].doc_id == doc_id, query
+        assert searched(loaded, request(vectors, query))[0].doc_id == doc_id, query
 
 
 def test_search_scores_are_descending(loaded: KnowledgeStore, vectors) -> None:
-    scores = [h.score for h in loaded.search(request(vectors, QUERIES[0]))]
+    scores = [h.score for h in searched(loaded, request(vectors, QUERIES[0]))]
     assert len(scores) == len(CHUNKS)
     assert scores == sorted(scores, reverse=True)
 
 
 def test_search_honours_top_k(loaded: KnowledgeStore, vectors) -> None:
-    assert len(loaded.search(request(vectors, QUERIES[0], top_k=2))) == 2
+    assert len(searched(loaded, request(vectors, QUERIES[0], top_k=2))) == 2
 
 
 def test_hits_carry_identity_content_and_payload(loaded: KnowledgeStore, vectors) -> None:
-    hit = loaded.search(request(vectors, "kafka consumers are lagging", top_k=1))[0]
+    hit = searched(loaded, request(vectors, "kafka consumers are lagging", top_k=1))[0]
     assert hit.doc_id == "kafka"
     assert hit.chunk_index == 0
     assert hit.content == "Kafka consumer lag grows when brokers run out of disk."
@@ -234,35 +236,35 @@ def test_hits_carry_identity_content_and_payload(loaded: KnowledgeStore, vectors
 
 def test_normalized_scores_are_in_unit_interval(loaded: KnowledgeStore, vectors) -> None:
     for query in QUERIES:
-        for hit in loaded.search(request(vectors, query)):
+        for hit in searched(loaded, request(vectors, query)):
             assert 0.0 <= hit.normalized_score <= 1.0
             assert hit.normalized_score == pytest.approx(min(1.0, max(0.0, hit.score)))
 
 
 def test_identical_vector_scores_one(loaded: KnowledgeStore, vectors) -> None:
     text = "Promote the PostgreSQL replica during a failover."
-    hit = loaded.search(SearchRequest(text, vectors[text].tolist(), top_k=1))[0]
+    hit = searched(loaded, SearchRequest(text, vectors[text].tolist(), top_k=1))[0]
     assert hit.doc_id == "postgres"
     assert hit.normalized_score == pytest.approx(1.0, abs=1e-4)
 
 
 def test_category_filter_keeps_only_that_category(loaded: KnowledgeStore, vectors) -> None:
-    hits = loaded.search(request(vectors, QUERIES[0], category="infrastructure"))
+    hits = searched(loaded, request(vectors, QUERIES[0], category="infrastructure"))
     assert sorted(h.doc_id for h in hits) == ["kafka", "postgres"]
 
 
 def test_category_filter_matches_any_element_of_a_list(loaded: KnowledgeStore, vectors) -> None:
-    hits = loaded.search(request(vectors, QUERIES[0], category="risk"))
+    hits = searched(loaded, request(vectors, QUERIES[0], category="risk"))
     assert [h.doc_id for h in hits] == ["chargebacks"]
 
 
 def test_category_filter_with_unknown_category_finds_nothing(loaded: KnowledgeStore, vectors) -> None:
-    assert loaded.search(request(vectors, QUERIES[0], category="no-such-domain")) == []
+    assert searched(loaded, request(vectors, QUERIES[0], category="no-such-domain")) == []
 
 
 def test_filtered_order_is_the_unfiltered_order_restricted(loaded: KnowledgeStore, vectors) -> None:
-    unfiltered = loaded.search(request(vectors, QUERIES[0]))
-    filtered = loaded.search(request(vectors, QUERIES[0], category="payments"))
+    unfiltered = searched(loaded, request(vectors, QUERIES[0]))
+    filtered = searched(loaded, request(vectors, QUERIES[0], category="payments"))
     expected = [
         evidence
         for evidence, h in zip(ranked(unfiltered), unfiltered, strict=True)
@@ -278,10 +280,10 @@ def test_search_batch_equals_individual_searches(loaded: KnowledgeStore, vectors
         request(vectors, QUERIES[2], top_k=1, category="no-such-domain"),
         request(vectors, QUERIES[3]),
     ]
-    batched = loaded.search_batch(requests)
+    batched = searched_hits(loaded, requests)
     assert len(batched) == len(requests)
     for req, batch_hits in zip(requests, batched, strict=True):
-        single = loaded.search(req)
+        single = searched(loaded, req)
         assert ranked(batch_hits) == ranked(single)
         assert [h.score for h in batch_hits] == pytest.approx([h.score for h in single], abs=1e-5)
 
@@ -316,13 +318,14 @@ def test_a_hybrid_hit_the_dense_search_missed_gets_the_cosine_of_its_vector(
     ]
     store.upsert(chunks)
     stored_vectors = {(c.payload["doc_id"], c.payload["chunk_index"]): np.asarray(c.vector) for c in chunks}
-    hits = store.search(
+    hits = searched(
+        store,
         replace(
             request(vectors, query, top_k=4),
             mode="hybrid",
             fusion="rrf",  # the BM25 search's first two rank with the dense search's first two
             sparse_vector=bm25_encoder().embed_query(query),
-        )
+        ),
     )
     unit = near / np.linalg.norm(near)
     missed = [h for h in hits if h.dense_rank is None]
@@ -345,7 +348,7 @@ def test_a_scores_only_search_gives_the_same_hits_without_their_text(
     vectors = {**vectors, query: np.asarray(vectors[QUERIES[0]])}
     full = with_terms(request(vectors, query, top_k=4), mode)
     lean = replace(full, scores_only=True)
-    [full_hits, lean_hits] = store.search_batch([full, lean])
+    [full_hits, lean_hits] = searched_hits(store, [full, lean])
 
     def places(hits):
         return [(h.point_id, h.doc_id, h.dense_rank, h.sparse_rank) for h in hits]
@@ -422,7 +425,7 @@ def test_delete_documents_removes_all_their_chunks(filled: KnowledgeStore, vecto
     filled.delete_documents(["refunds", "api-keys"])
     assert filled.count() == len(CHUNKS) - 3
     assert sorted(filled.documents()) == ["chargebacks", "kafka", "postgres"]
-    hits = filled.search(request(vectors, "how long do refunds take"))
+    hits = searched(filled, request(vectors, "how long do refunds take"))
     assert "refunds" not in {h.doc_id for h in hits}
 
 
@@ -437,7 +440,7 @@ def test_write_documents_replaces_the_old_version_whole(filled: KnowledgeStore, 
     v2 = stored(vectors, "refunds", 0, ["payments"], "v2 text", 2, vectors[CHUNKS[0][3]], doc_chunks=1)
     filled.write_documents([v2])
     assert filled.count() == len(CHUNKS) - 1
-    refunds = [h for h in filled.search(request(vectors, QUERIES[0])) if h.doc_id == "refunds"]
+    refunds = [h for h in searched(filled, request(vectors, QUERIES[0])) if h.doc_id == "refunds"]
     assert [(h.chunk_index, h.content) for h in refunds] == [(0, "v2 text")]
     assert filled.documents()["refunds"].versions == {doc_hash("refunds", 2): True}
 
@@ -509,7 +512,7 @@ def test_all_adapters_give_identical_results(make_store: StoreFactory, vectors, 
         store.upsert(all_chunks(vectors))
     for query in QUERIES:
         req = request(vectors, query, top_k=4, category=category)
-        results = {kind: store.search(req) for kind, store in stores.items()}
+        results = {kind: searched(store, req) for kind, store in stores.items()}
         reference = results["edge"]
         assert reference, query
         for kind, hits in results.items():
@@ -541,7 +544,7 @@ def test_all_adapters_give_identical_sparse_and_hybrid_hits(
 
     for query in QUERIES:
         req = with_terms(request(vectors, query, top_k=3), mode)
-        results = {kind: store.search(req) for kind, store in stores.items()}
+        results = {kind: searched(store, req) for kind, store in stores.items()}
         edge = results["edge"]
         assert edge and any(hit.matched_terms for hit in edge), query  # text and matched terms
         for kind, hits in results.items():
@@ -559,7 +562,7 @@ def test_a_point_gone_before_its_text_is_read_is_searched_again_once(
     store = make_store("edge")
     store.upsert(with_bm25(all_chunks(vectors)))
     req = with_terms(request(vectors, QUERIES[0], top_k=3), "hybrid")
-    expected = [(hit.point_id, hit.content) for hit in store.search(req)]
+    expected = [(hit.point_id, hit.content) for hit in searched(store, req)]
     read, reads = store._points, []
 
     def first_one_deleted(ids: list) -> dict:
@@ -570,9 +573,9 @@ def test_a_point_gone_before_its_text_is_read_is_searched_again_once(
     monkeypatch.setattr(store, "_points", first_one_deleted)
     if gone_twice:
         with pytest.raises(PointGoneError, match="did not give back point"):
-            store.search(req)
+            searched(store, req)
     else:
-        assert [(hit.point_id, hit.content) for hit in store.search(req)] == expected
+        assert [(hit.point_id, hit.content) for hit in searched(store, req)] == expected
     assert len(reads) == 2
 
 
@@ -599,7 +602,7 @@ def test_path_stores_persist_across_reopen(kind: str, tmp_path: Path, vectors) -
     reopened = open_kind(kind, tmp_path)
     try:
         assert reopened.count() == len(CHUNKS)
-        assert reopened.search(request(vectors, QUERIES[1], top_k=1))[0].doc_id == "kafka"
+        assert searched(reopened, request(vectors, QUERIES[1], top_k=1))[0].doc_id == "kafka"
     finally:
         reopened.close()
 

@@ -3,12 +3,15 @@
 Each query runs through ``KnowledgeTool``'s Hamilton driver in two steps. First the DAG runs up
 to ``l1_requests``, what it would ask the store (the query vectors of its chunk, encoded as one
 batch, handed in as an override of ``query_vector``); then the requests of every query of the
-chunk go to the store as one ``search_batch``, and the DAG runs on from there with each query's
-answers as its ``l1_answers`` (and the nodes it already computed as overrides). The requests are
-the DAG's own, whatever fields its nodes put in them (filter, fallback companion, any later
-field), so a batched result equals the single-call result by construction. A search the DAG
-makes past that point (the ``threshold`` rule's retry) goes to the store live; a batch the store
-fails is asked again, per query, by the DAG's own ``l1_answers``, which traces the errors.
+chunk go to the store as one ``search_batch``, the hybrid searches among them whose BM25 leg
+matched few chunks go fused again as one more (the DAG's own rule,
+``lookup_knowledge.ranking.few_matches_searches``), and the DAG runs on from there with each
+query's answers as its ``l1_answers`` and ``fused_answers`` (and the nodes it already computed as
+overrides). The requests are the DAG's own, whatever fields its nodes put in them (filter,
+fallback companion, any later field), so a batched result equals the single-call result by
+construction. A search the DAG makes past that point (the ``threshold`` rule's retry) goes to
+the store live; a batch the store fails is asked again, per query, by the DAG's own
+``l1_answers`` or ``fused_answers``, which trace the errors.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from lookup_knowledge.adapters.search import SearchRequest
+from lookup_knowledge.adapters.search import Candidates, SearchRequest
 from lookup_knowledge.agent.failures import rejected_result
 from lookup_knowledge.agent.knowledge_tool import KnowledgeTool
 from lookup_knowledge.agent.request import RejectedRequest
@@ -32,7 +35,8 @@ from lookup_knowledge.blas import one_blas_thread
 from lookup_knowledge.config import Config
 from lookup_knowledge.contract import LookupResult, NodeTiming
 from lookup_knowledge.dataflows.retrieval import SearchAnswer
-from lookup_knowledge.pipeline import ANSWER_NODE, REQUEST_NODE
+from lookup_knowledge.pipeline import ANSWER_NODE, FUSED_NODE, REQUEST_NODE
+from lookup_knowledge.ranking import few_matches_searches
 
 CHUNK_SIZE = 100  # at most this many queries embedded, and searched, together
 VECTOR_NODE = "query_vector"
@@ -53,10 +57,14 @@ class PlannedLookup:
 
 @dataclass(frozen=True, slots=True)
 class BatchedAnswers:
-    """The store's answers to one query's requests, from the batch, and its share of the batch's time."""
+    """The store's answers to one query's requests, from the batch, and its share of the batch's
+    time; and the same answers with the few-matches searches fused again, from the chunk's one
+    more batch (``None`` when that batch failed: the DAG's ``fused_answers`` then asks alone)."""
 
     answers: list[SearchAnswer]
     share_ms: float
+    fused: list[SearchAnswer] | None = None
+    fused_share_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -214,14 +222,20 @@ def _plan(
 def _execute_planned(
     tool: KnowledgeTool, inputs: dict[str, Any], plan: PlannedLookup, batched: BatchedAnswers | None
 ) -> LookupResult:
-    """The DAG run on from its requests: with the batch's answers as ``l1_answers`` (none: the
-    node asks the store itself), its executed nodes those of both runs."""
-    overrides = plan.values if batched is None else {**plan.values, ANSWER_NODE: batched.answers}
+    """The DAG run on from its requests: with the batch's answers as ``l1_answers`` and
+    ``fused_answers`` (none: the nodes ask the store themselves), its executed nodes those of
+    both runs."""
+    overrides, answered = plan.values, []
+    if batched is not None:
+        overrides = {**overrides, ANSWER_NODE: batched.answers}
+        answered.append(NodeTiming(ANSWER_NODE, round(batched.share_ms, 4)))
+    if batched is not None and batched.fused is not None:
+        overrides[FUSED_NODE] = batched.fused
+        answered.append(NodeTiming(FUSED_NODE, round(batched.fused_share_ms, 4)))
     result = tool.execute_dataflow(inputs, overrides=overrides)
     trace = result.retrieval_trace
     if trace is None or not trace.executed_nodes:  # failed: nothing ran to report
         return result
-    answered = [] if batched is None else [NodeTiming(ANSWER_NODE, round(batched.share_ms, 4))]
     nodes = [*plan.timings, *answered, *trace.executed_nodes]
     return result.model_copy(update={"retrieval_trace": trace.model_copy(update={"executed_nodes": nodes})})
 
@@ -230,13 +244,37 @@ def _answers(tool: KnowledgeTool, plans: dict[int, PlannedLookup]) -> dict[int, 
     """Every planned request of the batch in one ``search_batch``, each query's answers back in
     its own requests' order (none when the batch fails: each query then asks alone)."""
     keys = [(i, n) for i, plan in plans.items() for n in range(len(plan.requests))]
+    requests = [plans[i].requests[n] for i, n in keys]
     started = time.perf_counter()
     try:
-        found = tool.search_port.search_batch([plans[i].requests[n] for i, n in keys])
+        found = tool.search_port.search_batch(requests)
     except Exception:  # asked again per query by the DAG's l1_answers, which traces the errors
         return {}
     share_ms = (time.perf_counter() - started) * 1000 / max(len(plans), 1)
+    started = time.perf_counter()
+    fused = _fused_again(tool, requests, found)
+    fused_share_ms = (time.perf_counter() - started) * 1000 / max(len(plans), 1)
     answers: dict[int, list[SearchAnswer]] = {i: [] for i in plans}
-    for (i, _), hits in zip(keys, found, strict=True):
-        answers[i].append(SearchAnswer(hits))
-    return {i: BatchedAnswers(answers[i], share_ms) for i in plans}
+    fused_answers: dict[int, list[SearchAnswer]] = {i: [] for i in plans}
+    for (i, _), candidates, fused_candidates in zip(keys, found, fused or found, strict=True):
+        answers[i].append(SearchAnswer(candidates))
+        fused_answers[i].append(SearchAnswer(fused_candidates))
+    return {
+        i: BatchedAnswers(answers[i], share_ms, fused_answers[i] if fused else None, fused_share_ms)
+        for i in plans
+    }
+
+
+def _fused_again(
+    tool: KnowledgeTool, requests: list[SearchRequest], found: list[Candidates]
+) -> list[Candidates] | None:
+    """The batch's answers with the chunk's few-matches searches fused again, asked in one more
+    batch (what each DAG's ``fused_answers`` would ask alone); ``None`` when that batch fails."""
+    again = few_matches_searches(requests, found)
+    if not again:
+        return found
+    try:
+        fused = dict(zip(again, tool.search_port.search_batch(list(again.values())), strict=True))
+    except Exception:  # asked again per query by the DAG's fused_answers, which traces the errors
+        return None
+    return [fused.get(n, candidates) for n, candidates in enumerate(found)]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SMALL_CORPUS, make_config, write_corpus, write_markdown
+from dataflow_fixtures import searched
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,7 +78,7 @@ def test_a_lookup_marks_the_injected_block_and_not_the_normal_one(tmp_path: Path
     ingest(kb, config, embedder=embedder)
     store = open_store(config, embedder.dimension, create=False)
     try:
-        hits = store.search(SearchRequest("all", embedder.embed_query("refund").tolist(), top_k=50))
+        hits = searched(store, SearchRequest("all", embedder.embed_query("refund").tolist(), top_k=50))
     finally:
         store.close()
     stored = {hit.doc_id: hit.payload[INSTRUCTION_LIKE_FIELD] for hit in hits}

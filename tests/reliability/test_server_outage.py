@@ -119,7 +119,7 @@ def test_the_port_answers_each_outage_and_recovers(
         with pytest.raises(StoreUnavailableError):  # within retry_after_s: the same answer at once
             port.search(request)
         clock.now += 0.15
-        assert port.search(request)[0].doc_id == "refunds"  # back: opened afresh
+        assert port.search(request).hits[0].doc_id == "refunds"  # back: opened afresh
         assert (server.opened, reopened) == (1, [])  # the first open is no reopening
         server.down = True
         with pytest.raises(StoreUnavailableError):  # down while serving: the open client fails
@@ -129,7 +129,7 @@ def test_the_port_answers_each_outage_and_recovers(
             port.search(request)
         assert server.opened == 1  # failing at once: no new connection attempt yet
         clock.now += 0.25
-        assert port.search(request)[0].doc_id == "refunds"
+        assert port.search(request).hits[0].doc_id == "refunds"
         assert (server.opened, reopened) == (2, [2])  # reopened, and the caller told (L0 reload)
     finally:
         port.close()
@@ -167,7 +167,7 @@ def test_a_hung_reopening_costs_a_lookup_wait_s_and_serves_the_next(
         assert (server.opened, len(attempts)) == (1, 2)  # the second lookup started no opening
         answer.set()  # the server answers: the same reopening completes
         assert reopened.wait(timeout=30)
-        assert port.search(request)[0].doc_id == "refunds"
+        assert port.search(request).hits[0].doc_id == "refunds"
         assert server.opened == 2  # one reopening, however many lookups waited on it
     finally:
         answer.set()
@@ -184,7 +184,7 @@ def test_a_missing_collection_is_retried_too(tmp_path: Path, small_corpus: Path,
         with pytest.raises(StoreMissingError, match="ingest first"):
             port.search(request)
         ingest(small_corpus, config, embedder=embedder)
-        assert port.search(request)[0].doc_id == "refunds"
+        assert port.search(request).hits[0].doc_id == "refunds"
     finally:
         port.close()
 
