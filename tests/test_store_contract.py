@@ -497,7 +497,7 @@ def test_chunk_texts_and_set_languages_give_chunks_a_language_without_rewriting_
     assert dict(documents["kafka"].languages) == {"en": 1}
     assert documents["postgres"].lacks_languages and not documents["kafka"].lacks_languages
     assert filled.chunk_texts(["refunds"]) == {"refunds": texts["refunds"]}  # the same points, the same text
-    hits = filled.search(request(vectors, "kafka consumers are lagging", top_k=1))
+    hits = searched(filled, request(vectors, "kafka consumers are lagging", top_k=1))
     assert hits[0].payload["language"] == "en" and hits[0].payload["content"] == CHUNKS[3][3]
     assert filled.chunk_texts([]) == {}
 
