@@ -102,12 +102,12 @@ class AgentLookup:
         """Load the query models and run one unrecorded lookup now (a cold start: the model load
         takes seconds, a first search and a first encode of its shape tens of milliseconds), so
         that calls measure only themselves; the next call reports the time as
-        ``retrievalTrace.coldStartMs``. The models load side by side (threads: each spends most of
-        its time outside the GIL). ``multilingual``: load the multilingual encoder too (a server's
-        first question may need it; a single CLI question loads it only if it does). A model that
-        fails to load is reported by each call (``retrieval_failed``), not here. ``principals``:
-        the callers' to come (their scope's probe null is measured too). Returns the milliseconds
-        it took."""
+        ``retrievalTrace.coldStartMs``. The models (the English encoder, the language identifier,
+        the multilingual encoder) load side by side, one thread each. ``multilingual``: load the
+        multilingual encoder too (a server's first question may need it; a single CLI question
+        loads it only if it does). A model that fails to load is reported by each call
+        (``retrieval_failed``), not here. ``principals``: the callers' to come (their scope's probe
+        null is measured too). Returns the milliseconds it took."""
         started = time.perf_counter()
         loads = [lambda: self.tool.embedder.embed_query("warm-up"), lambda: language_of("warm-up")]
         if multilingual and self.tool.multilingual_embedder is not None:  # its 30 MB table
@@ -115,7 +115,7 @@ class AgentLookup:
         with ThreadPoolExecutor(len(loads), thread_name_prefix="warm-up") as pool:
             failed = [exc for exc in pool.map(_raised, loads) if exc is not None]
         if failed:
-            logger.warning("the embedding model did not load: %s", first_line(failed[0]))
+            logger.warning("a query model did not load: %s", first_line(failed[0]))
         else:
             self.tool.lookup("warm-up lookup of the knowledge base", principals=principals)  # never raises
         cold_start_ms = round((time.perf_counter() - started) * 1000, 3)
