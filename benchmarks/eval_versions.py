@@ -1,6 +1,7 @@
-"""Eval throughput of several versions of the code side by side: ``evaluate`` on the SciFact test
-queries in one warm process per version, alternating round by round (the order rotated each
-round), medians and the per-round ratios to the first version.
+"""Eval throughput and lookup latency of several versions of the code side by side: each round,
+``evaluate`` on the SciFact test queries and then a single ``lookup`` of each of them, in one warm
+process per version, alternating round by round (the order rotated each round); medians and the
+per-round ratios to the first version (queries/s of eval; lookup p50 ms).
 
     python benchmarks/eval_versions.py ad425bf WORKTREE [--rounds 15] [--data BEIR_DIR]
 
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from io import BytesIO
 from pathlib import Path
 
@@ -52,13 +54,17 @@ def main() -> int:
             if process.stdout.readline().strip() != "ready":
                 raise SystemExit(f"{name}: the worker did not start")
         qps: dict[str, list[float]] = {name: [] for name in workers}
+        p50: dict[str, list[float]] = {name: [] for name in workers}
         names = list(workers)
         for round_ in range(args.rounds):
             for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
                 workers[name].stdin.write("go\n")
                 workers[name].stdin.flush()
-                qps[name].append(float(workers[name].stdout.readline()))
-                print(f"round {round_} {name}: {qps[name][-1]:.1f} queries/s", flush=True)
+                measured = json.loads(workers[name].stdout.readline())
+                qps[name].append(measured["queries_per_second"])
+                p50[name].append(measured["lookup_p50_ms"])
+                print(f"round {round_} {name}: eval {qps[name][-1]:.1f} queries/s, ", end="")
+                print(f"lookup p50 {p50[name][-1]:.2f} ms", flush=True)
         for process in workers.values():
             process.stdin.close()
             process.wait()
@@ -67,21 +73,27 @@ def main() -> int:
         "rounds": args.rounds,
         "load_average": os.getloadavg(),
         "queries_per_second": qps,
+        "lookup_p50_ms": p50,
         "median": {name: statistics.median(values) for name, values in qps.items()},
+        "lookup_p50_median_ms": {name: statistics.median(values) for name, values in p50.items()},
         "ratio_to_first": {
-            name: {
-                "of_medians": statistics.median(qps[name]) / statistics.median(qps[first]),
-                "median_per_round": statistics.median(
-                    b / a for a, b in zip(qps[first], qps[name], strict=True)
-                ),
-            }
+            name: {"eval": _ratios(qps[first], qps[name]), "lookup_p50": _ratios(p50[first], p50[name])}
             for name in names[1:]
         },
     }
-    print(json.dumps(summary["median"], indent=1), json.dumps(summary["ratio_to_first"], indent=1))
+    print(json.dumps(summary["median"], indent=1), json.dumps(summary["lookup_p50_median_ms"], indent=1))
+    print(json.dumps(summary["ratio_to_first"], indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2))
     return 0
+
+
+def _ratios(first: list[float], other: list[float]) -> dict[str, float]:
+    """``other`` over ``first``: the ratio of their medians, and the median of the rounds' ratios."""
+    return {
+        "of_medians": statistics.median(other) / statistics.median(first),
+        "median_per_round": statistics.median(b / a for a, b in zip(first, other, strict=True)),
+    }
 
 
 def laid_out(name: str, tmp: Path) -> Path:
@@ -109,7 +121,8 @@ def start(name: str, package: Path, args: argparse.Namespace) -> subprocess.Pope
 
 
 def worker(data: Path, store: Path) -> int:
-    """One version: ingest its store, warm up, then one ``evaluate`` per line read."""
+    """One version: ingest its store, warm up, then per line read one ``evaluate`` and a single
+    lookup of each query, answered as a JSON line (queries/s, lookup p50 ms)."""
     from lookup_knowledge import KnowledgeTool, ingest, load_config
     from lookup_knowledge.eval.data import beir_to_parquet, load_eval_queries, load_qrels, relevance
     from lookup_knowledge.eval.evaluation import evaluate
@@ -123,8 +136,19 @@ def worker(data: Path, store: Path) -> int:
     with KnowledgeTool.from_config(config) as tool:
         evaluate(tool, queries, qrels)
         print("ready", flush=True)
+        texts = list(queries["query"])
         for _ in sys.stdin:
-            print(evaluate(tool, queries, qrels).queries_per_second, flush=True)
+            queries_per_second = evaluate(tool, queries, qrels).queries_per_second
+            lookup_ms = []
+            for text in texts:
+                started = time.perf_counter()
+                tool.lookup(text)
+                lookup_ms.append((time.perf_counter() - started) * 1000)
+            measured = {
+                "queries_per_second": queries_per_second,
+                "lookup_p50_ms": statistics.median(lookup_ms),
+            }
+            print(json.dumps(measured), flush=True)
     return 0
 
 
