@@ -124,7 +124,14 @@ def build_driver(hamilton_config: dict[str, bool | str], *adapters: Any) -> driv
 
 
 def lookup_driver(config: Config, *adapters: Any) -> tuple[driver.Driver, ExecutedNodes]:
-    """The driver a tool runs lookups with: it returns the ``LookupResult`` with executed nodes."""
+    """The driver a tool runs lookups with: it returns the ``LookupResult`` with executed nodes.
+    Raises ``ValueError`` for an adapter that runs nodes itself (``do_node_execute``, such as
+    Hamilton's cache adapter): :class:`ExecutedNodes` does, and Hamilton takes one such adapter."""
+    if runners := [type(a).__name__ for a in adapters if isinstance(a, BaseDoNodeExecute)]:
+        raise ValueError(
+            f"adapter {runners[0]} runs the nodes itself (do_node_execute); the lookup driver's "
+            "ExecutedNodes does that to time each node, and Hamilton allows one: add hooks instead"
+        )
     executed = ExecutedNodes()
     dataflow = build_driver(dataflow_config(config), executed, TracedLookupResult(executed), *adapters)
     return dataflow, executed

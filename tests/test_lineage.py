@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from hamilton.lifecycle import GraphExecutionHook, NodeExecutionHook
+from hamilton.lifecycle.base import BaseDoNodeExecute
 from hamilton.node import DependencyType
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -16,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from lookup_knowledge import KnowledgeTool, load_config
 from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.pipeline import lookup_driver
 
 REFUND_QUERY = "Who must approve a refund above 500 EUR?"
 
@@ -142,3 +144,15 @@ def test_a_defect_in_a_node_is_logged_with_its_traceback_and_answered_as_a_resul
     (record,) = [r for r in caplog.records if r.name == "lookup_knowledge.agent.knowledge_tool"]
     assert record.levelname == "ERROR" and record.exc_info is not None
     assert record.exc_info[0] is KeyError
+
+
+class NodeRunner(BaseDoNodeExecute):
+    """An adapter that runs the nodes itself, as Hamilton's cache adapter does."""
+
+    def do_node_execute(self, *, node_, kwargs: dict[str, Any], **_: Any) -> Any:
+        return node_(**kwargs)
+
+
+def test_an_adapter_that_runs_the_nodes_itself_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="adapter NodeRunner runs the nodes itself"):
+        lookup_driver(load_config(), NodeRunner())
