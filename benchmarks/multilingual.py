@@ -278,6 +278,9 @@ def costs(cache: Path, documents: int, lookups: int) -> dict[str, Any]:
     (alternating, twice; both encoders loaded before, as a long-running process has them), their
     store sizes, and lookup p50 of English, German and Chinese questions on the cached tldr
     store with the leg off and auto."""
+    tldr_store = cache / "multilingual-tldr-2000"  # the lookups' store, made by the quality run
+    if not (tldr_store / "knowledge").is_dir():
+        raise SystemExit(f"no tldr store at {tldr_store}: run `python benchmarks/multilingual.py` first")
     pages = sorted((TLDR / "kb-en").rglob("*.md"))
     sample = random.Random(SEED).sample(pages, documents)
     kb = cache / "tldr-cost-sample"
@@ -308,7 +311,7 @@ def costs(cache: Path, documents: int, lookups: int) -> dict[str, Any]:
     by_lang = {
         lang: [q["text"] for q in queries if q["lang"] == lang][:lookups] for lang in ("en", "de", "zh")
     }
-    config = load_config(overrides={"store.path": str(cache / "multilingual-tldr-2000")})
+    config = load_config(overrides={"store.path": str(tldr_store)})
     tool = KnowledgeTool.from_config(config)
     latency: dict[str, dict[str, float]] = {}
     try:
