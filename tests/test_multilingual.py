@@ -5,6 +5,7 @@ and English questions search as before; a store made without the vectors still a
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from conftest import make_config, write_corpus
 from dataflow_fixtures import searched
 
 from lookup_knowledge import KnowledgeTool, ingest
+from lookup_knowledge.adapters.embedder import EmbedderError
 from lookup_knowledge.adapters.multilingual import MultilingualEmbedder, language_of
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
@@ -281,3 +283,50 @@ def test_an_edge_store_with_the_vectors_opens_for_a_writer_that_writes_none(tmp_
         assert reopened.count() == 3
     finally:
         reopened.close()
+
+
+class _RecordingEncoder(MultilingualEmbedder):
+    """The multilingual encoder, noting the thread of each call (or failing, to inject a fault)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.threads_seen: list[str] = []
+        self.fail = fail
+
+    def embed_documents(self, texts):
+        self.threads_seen.append(threading.current_thread().name)
+        if self.fail:
+            raise EmbedderError("the multilingual encoder failed: RuntimeError: table gone")
+        return super().embed_documents(texts)
+
+
+def test_ingest_encodes_the_multilingual_vectors_beside_the_dense_encoder(
+    tmp_path: Path, kb: Path, embedder
+) -> None:
+    encoder = _RecordingEncoder()
+    report = ingest(kb, make_config(tmp_path), embedder=embedder, multilingual=encoder)
+    assert report.chunks_written == len(PAGES)
+    assert encoder.threads_seen and all(n.startswith("ingest-multilingual") for n in encoder.threads_seen)
+    with _tool(tmp_path, embedder) as tool:  # the vectors written are the ones the leg searches
+        question, page = QUESTIONS["de"]
+        assert _top_document(tool.lookup(question)) == page
+
+
+def test_a_failing_multilingual_encoder_stops_ingest_with_its_error_and_keeps_the_store(
+    tmp_path: Path, kb: Path, embedder
+) -> None:
+    ingest(kb, make_config(tmp_path), embedder=embedder)
+    edited = dict(PAGES, ssh=("Remote shells", "Open an encrypted remote shell on another machine."))
+    write_corpus(
+        kb.parent / "edited-fault", {f"{d}.md": ({"id": d, "title": t}, b) for d, (t, b) in edited.items()}
+    )
+    with pytest.raises(EmbedderError, match="multilingual encoder failed"):
+        ingest(
+            kb.parent / "edited-fault",
+            make_config(tmp_path),
+            embedder=embedder,
+            multilingual=_RecordingEncoder(True),
+        )
+    with _tool(tmp_path, embedder) as tool:  # the store still answers from what it held
+        question, page = QUESTIONS["de"]
+        assert _top_document(tool.lookup(question)) == page
