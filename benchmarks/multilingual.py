@@ -34,6 +34,7 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ FASTAPI_GIT = Path("/work/.mirror/fastapi+fastapi/repo")
 LANGUAGES = ("en", "zh", "ja", "ko", "es", "de", "fr", "pt", "ru")
 VARIANTS = {
     "off (before)": {"multilingual.search": "off"},
+    "auto, chunk vectors only": {"multilingual.search": "auto", "rerank.cross_language_lines": False},
     "auto": {"multilingual.search": "auto"},
     "always": {"multilingual.search": "always"},
 }
@@ -66,7 +68,8 @@ def tldr_set(
 ) -> tuple[Path, pd.DataFrame, dict[str, dict[str, int]]]:
     """The tldr questions (``per_language`` at most per language, seeded), their judgments, and a
     knowledge base of ``pages`` English pages written under ``cache``: every page the questions
-    judge, and a seeded sample of the others (0: all 7,425)."""
+    judge, and a seeded sample of the others (0: all 7,425). A question no single page answers
+    (:func:`ambiguous_questions`) has ``ambiguous`` set."""
     rows = [json.loads(line) for line in (TLDR / "queries.jsonl").read_text().splitlines()]
     qrels: dict[str, dict[str, int]] = {}
     for line in (TLDR / "qrels.tsv").read_text().splitlines()[1:]:
@@ -76,6 +79,7 @@ def tldr_set(
         {"query_id": r["_id"], "query": r["text"], "lang": r["lang"].split("_")[0]} for r in rows
     )
     queries = _sampled(frame, per_language)
+    queries["ambiguous"] = queries["query_id"].isin(ambiguous_questions(list(queries["query_id"]), qrels))
     if not pages:
         return TLDR / "kb-en", queries, qrels
     judged = {doc for q in queries["query_id"] for doc in qrels[q]}
@@ -91,6 +95,26 @@ def tldr_set(
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(TLDR / "kb-en" / f"{doc}.md", target)
     return kb, queries, qrels
+
+
+def ambiguous_questions(query_ids: list[str], qrels: dict[str, dict[str, int]]) -> set[str]:
+    """The example questions no single page answers: every example description of the page they
+    are judged to is on other pages too, word for word. An alias page's one example, "View
+    documentation for the original command", is on hundreds: its translation names no command."""
+    pages = list((TLDR / "kb-en").rglob("*.md"))
+    examples = {str(p.relative_to(TLDR / "kb-en").with_suffix("")): _examples(p) for p in pages}
+    pages_holding = Counter(line for lines in examples.values() for line in set(lines))
+    return {
+        q
+        for q in query_ids
+        if "-example-" in q
+        and all(pages_holding[line] > 1 for doc in qrels[q] for line in examples.get(doc, ["?"]))
+    }
+
+
+def _examples(page: Path) -> list[str]:
+    lines = page.read_text(encoding="utf-8").splitlines()
+    return [line[2:].strip() for line in lines if line.startswith("- ")]
 
 
 def fastapi_set(cache: Path, git_dir: Path, per_language: int) -> tuple[Path, pd.DataFrame, dict]:
@@ -201,12 +225,19 @@ def measure(tool: KnowledgeTool, base: dict, overrides: dict, queries: pd.DataFr
     rows = {}
     for lang, group in queries.groupby("lang"):
         ids = list(group["query_id"])
+        clear = list(group.loc[~group["ambiguous"], "query_id"]) if "ambiguous" in group else ids
         rows[lang] = {
             "queries": len(ids),
             "mrr@10": float(per_query.loc[ids, "mrr@10"].mean()),
             "recall@5": float(per_query.loc[ids, "recall@5"].mean()),
             "found": float(results.loc[ids, "found"].mean()),
             "ranking_mrr@10": float(ranked.loc[ids, "mrr@10"].mean()),
+            "ambiguous": len(ids) - len(clear),
+            "unambiguous": {
+                "mrr@10": float(per_query.loc[clear, "mrr@10"].mean()),
+                "recall@5": float(per_query.loc[clear, "recall@5"].mean()),
+                "found": float(results.loc[clear, "found"].mean()),
+            },
             # per question: the ranking's reciprocal rank, the verdict's reason and multilingual_top
             # (to read what another multilingual_bar would have found)
             "per_question": [
@@ -378,6 +409,28 @@ def quality_table(results: dict[str, Any], name: str) -> str:
     return "\n".join([machine_line(results["measured"], "multilingual.py"), "", *lines])
 
 
+def share_table(results: dict[str, Any], name: str, label: str = "auto") -> str:
+    """Per language under ``label``: MRR@10, recall@5 and found share as shares of English (the
+    targets of issue 53), of all its questions and of those a single page answers."""
+    rows, ambiguous = results[name][label], any(r.get("ambiguous") for r in results[name][label].values())
+    english = rows["en"]
+    lines = [
+        f"| language ({label}) | ambiguous questions | MRR@10 / English | recall@5 / English | found |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for lang in (lang for lang in LANGUAGES if lang in rows and lang != "en"):
+        r, clear = rows[lang], rows[lang].get("unambiguous")
+        cells = [
+            f"{r[m] / english[m]:.0%}" + (f" ({clear[m] / english[m]:.0%})" if ambiguous else "")
+            for m in ("mrr@10", "recall@5")
+        ]
+        found = f"{r['found']:.0%}" + (f" ({clear['found']:.0%})" if ambiguous else "")
+        lines.append(f"| {lang} | {r.get('ambiguous', 0)} | {cells[0]} | {cells[1]} | {found} |")
+    if ambiguous:
+        lines.append("\nIn brackets: without the ambiguous questions (no single page answers them).")
+    return "\n".join(lines)
+
+
 def cost_table(results: dict[str, Any]) -> str:
     c = results["costs"]
     off, on = c["ingest"]["off"], c["ingest"]["on"]
@@ -417,6 +470,7 @@ def write_doc(doc: Path, results: dict[str, Any]) -> None:
     for name in ("tldr", "fastapi"):
         if name in results:
             replace_table(doc, f"multilingual-{name}", quality_table(results, name))
+            replace_table(doc, f"multilingual-{name}-shares", share_table(results, name))
     if "off_topic" in results:
         replace_table(doc, "multilingual-off-topic", off_topic_table(results))
     if "costs" in results:

@@ -6,9 +6,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import normalize
+from lookup_knowledge.adapters.multilingual import prose_lines
 from lookup_knowledge.adapters.payload import (
     BREADCRUMB_FIELD,
     CATEGORY_FIELD,
@@ -46,7 +49,7 @@ CANDIDATE_COLUMNS = frame_columns([
     "l0_matches", "instruction_like", "ingested_at", "payload",
 ])  # fmt: skip
 SCREENED_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "left_out"])
-RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "boosts", "rerank_score", "rank"])
+RERANK_COLUMNS = frame_columns([*CANDIDATE_COLUMNS, "line_score", "boosts", "rerank_score", "rank"])
 MAX_LISTED_CUTS = 10  # capped chunks named in the trace; the counts cover all of them
 
 
@@ -284,13 +287,46 @@ def evidence_cuts(screened_df: pd.DataFrame, deduped_df: pd.DataFrame) -> Eviden
     )
 
 
+def line_scores(
+    deduped_df: pd.DataFrame,
+    query_language: str,
+    rerank_weights: RerankConfig,
+    multilingual_query_vector: np.ndarray | None = None,
+    multilingual_embedder: Embedder | None = None,
+) -> dict[str, float] | None:
+    """For a question asked across languages (its multilingual vector, and every block written
+    in another language than it), each block's best multilingual cosine of one of its
+    :func:`prose_lines`, by evidence key; ``None`` otherwise (an English question under
+    ``multilingual.search: auto``, a block in the question's language or of unknown language,
+    ``rerank.cross_language_lines`` off). The store ranks such a question by the chunk's one
+    multilingual vector, which blurs the one line that answers it (docs/multilingual.md)."""
+    vector, rows = multilingual_query_vector, records(deduped_df)
+    if vector is None or multilingual_embedder is None or not rerank_weights.cross_language_lines:
+        return None
+    languages = [row["payload"].get(LANGUAGE_FIELD) for row in rows]
+    if not rows or any(language in (None, query_language) for language in languages):
+        return None
+    lines = [prose_lines(row["breadcrumb"] or "", row["content"] or "") or [""] for row in rows]
+    cosines = multilingual_embedder.embed_documents([line for block in lines for line in block]) @ vector
+    bounds = np.cumsum([0, *map(len, lines)])
+    return {
+        row["evidence_key"]: float(np.max(cosines[start:end]))
+        for row, start, end in zip(rows, bounds[:-1], bounds[1:], strict=True)
+    }
+
+
 def reranked_df(
-    deduped_df: pd.DataFrame, rerank_weights: RerankConfig, query_terms: dict[str, int]
+    deduped_df: pd.DataFrame,
+    rerank_weights: RerankConfig,
+    query_terms: dict[str, int],
+    line_scores: dict[str, float] | None = None,
 ) -> pd.DataFrame:
     """Rule-based rerank: weighted rank score plus recorded boosts; ties keep the store's order
     (rank fusion ties often: two hits first in one search and second in the other), then go
     by evidence key. A block holding every code of a question made of codes alone ("what does
-    baseURL do": :func:`made_of_codes`) earns ``code_question``: the question is those codes."""
+    baseURL do": :func:`made_of_codes`) earns ``code_question``: the question is those codes.
+    A question asked across languages weighs each block's best line (:func:`line_scores`) in
+    place of its rank score."""
     scored = []
     for candidate in records(deduped_df):
         boosts = _boosts(candidate["l0_matches"], candidate["doc_type"], rerank_weights)
@@ -299,8 +335,10 @@ def reranked_df(
             boosts.append((f"exact_code:{codes[0]}", rerank_weights.exact_code))
         if rerank_weights.code_question and made_of_codes(query_terms, codes):
             boosts.append((f"code_question:{codes[0]}", rerank_weights.code_question))
-        score = rerank_weights.vector * candidate["rank_score"] + sum(c for _, c in boosts)
-        scored.append({**candidate, "boosts": boosts, "rerank_score": score})
+        line = line_scores.get(candidate["evidence_key"]) if line_scores else None
+        basis = candidate["rank_score"] if line is None else line
+        score = rerank_weights.vector * basis + sum(c for _, c in boosts)
+        scored.append({**candidate, "line_score": line, "boosts": boosts, "rerank_score": score})
     scored.sort(key=lambda c: (-c["rerank_score"], -c["rank_score"], c["original_rank"], c["evidence_key"]))
     for rank, candidate in enumerate(scored, start=1):
         candidate["rank"] = rank

@@ -120,6 +120,7 @@ def rerank_trace(reranked_df: pd.DataFrame, rerank_weights: RerankConfig) -> Rer
             base_score=row["score"],
             normalized_score=row["normalized_score"],
             rank_score=row["rank_score"],
+            line_score=row["line_score"],
             final_score=row["rerank_score"],
             boosts=[BoostContribution(reason=r, contribution=c) for r, c in row["boosts"]],
         )

@@ -204,6 +204,7 @@ class RerankConfig(_Section):
     exact_code: float = Field(0.1, ge=0.0)
     code_question: float = Field(1.0, ge=0.0)
     source_type: dict[str, float] = Field(default_factory=dict)
+    cross_language_lines: bool = True
 
 
 class ContextConfig(_Section):

@@ -428,6 +428,11 @@ class RerankEntry(ContractModel):
         description="what the rerank weighs: the normalized score (dense), else the base score as a "
         "share of the search's best",
     )
+    line_score: float | None = Field(
+        None,
+        description="a question asked in another language than every block: the block's best line's "
+        "multilingual cosine, weighed in place of the rank score",
+    )
     final_score: float
     boosts: list[BoostContribution]
 

@@ -15,7 +15,7 @@ from dataflow_fixtures import searched
 
 from lookup_knowledge import KnowledgeTool, ingest
 from lookup_knowledge.adapters.embedder import EmbedderError
-from lookup_knowledge.adapters.multilingual import MultilingualEmbedder, language_of
+from lookup_knowledge.adapters.multilingual import MAX_LINES, MultilingualEmbedder, language_of, prose_lines
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import SearchRequest, StoredChunk
@@ -330,3 +330,77 @@ def test_a_failing_multilingual_encoder_stops_ingest_with_its_error_and_keeps_th
     with _tool(tmp_path, embedder) as tool:  # the store still answers from what it held
         question, page = QUESTIONS["de"]
         assert _top_document(tool.lookup(question)) == page
+
+
+# -- a question asked across languages: each block read by its best line -------------------------
+
+LINES_PAGE = (
+    "# Archives\n\n"
+    "> Pack and unpack archive files.\n> More information: <https://example.org/tar>.\n\n"
+    "- Create an archive from a directory:\n\n`tar cf target.tar path/to/dir`\n\n"
+    "- List the contents of an archive:\n\n`tar tf source.tar`\n\n"
+    "```sh\ntar xf source.tar --wildcards '*.html'\n```\n"
+)
+
+
+def test_prose_lines_keep_the_breadcrumb_and_the_prose_not_code_or_links() -> None:
+    assert prose_lines("tar", LINES_PAGE) == [
+        "tar",
+        "Archives",
+        "Pack and unpack archive files.",
+        "Create an archive from a directory:",
+        "List the contents of an archive:",
+    ]
+    assert prose_lines("", "`only code`") == ["`only code`"]  # no prose: the text's opening
+    assert len(prose_lines("t", "\n".join(f"- line {n}" for n in range(40)))) == MAX_LINES
+
+
+@pytest.mark.parametrize("language", ["de", "zh"])
+def test_a_question_across_languages_ranks_each_block_by_its_best_line(
+    store: Path, embedder, language: str
+) -> None:
+    question, page = QUESTIONS[language]
+    with _tool(store, embedder) as tool:
+        result = tool.lookup(question)
+    entries = result.rerank_trace.entries
+    assert entries[0].evidence_key.split("#")[0] == page
+    assert all(e.line_score is not None for e in entries)
+    encoder, vector = MultilingualEmbedder(), MultilingualEmbedder().embed_query(question)
+    for entry, block in zip(entries, result.evidence_blocks, strict=True):
+        lines = prose_lines(block.breadcrumb or "", block.content)
+        assert entry.line_score == pytest.approx(
+            float(np.max(encoder.embed_documents(lines) @ vector)), abs=1e-3
+        )
+        boosts = sum(b.contribution for b in entry.boosts)
+        assert entry.final_score == pytest.approx(entry.line_score + boosts, abs=1e-6)
+    assert [e.final_score for e in entries] == sorted((e.final_score for e in entries), reverse=True)
+
+
+def test_an_english_question_or_the_rule_off_ranks_by_the_rank_score(store: Path, embedder) -> None:
+    with _tool(store, embedder) as tool:
+        english = tool.lookup(ENGLISH)
+    with _tool(store, embedder, rerank__cross_language_lines=False) as tool:
+        german = tool.lookup(QUESTIONS["de"][0])
+    for result in (english, german):
+        assert result.rerank_trace.entries
+        assert all(e.line_score is None for e in result.rerank_trace.entries)
+        for e in result.rerank_trace.entries:
+            assert e.final_score == pytest.approx(e.rank_score + sum(b.contribution for b in e.boosts))
+
+
+def test_a_question_in_the_blocks_own_language_is_not_read_by_lines(tmp_path: Path, embedder) -> None:
+    german = {
+        "rechte": ("Dateirechte", "Ändere die Zugriffsrechte einer Datei: wer sie lesen, schreiben "
+                   "oder ausführen darf. Gib dem Besitzer Schreibrechte."),
+        "archiv": ("Archive", "Packe einen Ordner in eine Archivdatei oder entpacke die Dateien "
+                   "eines Archivs."),
+    }  # fmt: skip
+    kb = write_corpus(
+        tmp_path / "kb",
+        {f"{d}.md": ({"id": d, "title": t}, f"# {t}\n\n{b}\n") for d, (t, b) in german.items()},
+    )
+    ingest(kb, make_config(tmp_path / "store"), embedder=embedder)
+    with _tool(tmp_path / "store", embedder) as tool:
+        result = tool.lookup("Wie ändere ich die Zugriffsrechte einer Datei?")
+    assert [b.language for b in result.evidence_blocks][:1] == ["de"]
+    assert all(e.line_score is None for e in result.rerank_trace.entries)

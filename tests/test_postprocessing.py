@@ -535,3 +535,13 @@ def test_a_block_holding_every_code_of_a_question_made_of_codes_comes_first():
     assert keys(ranked(RerankConfig(code_question=0)))[0] == "editors#chunk-0"
     asked_more = ranked(RerankConfig(), terms=("--editor", "editor", "vim"))  # a word the code lacks
     assert asked_more.iloc[0]["evidence_key"] == "editors#chunk-0"
+
+
+def test_line_scores_take_the_place_of_the_rank_score_in_the_rerank():
+    deduped = dedup([("filtered", make_hit("a", 0, 0.9)), ("filtered", make_hit("b", 0, 0.5))])
+    weights = RerankConfig(vector=1.0)
+    assert keys(reranked_df(deduped, weights, ())) == ["a#chunk-0", "b#chunk-0"]
+    lines = reranked_df(deduped, weights, (), {"a#chunk-0": 0.4, "b#chunk-0": 0.8})
+    assert keys(lines) == ["b#chunk-0", "a#chunk-0"]
+    assert list(lines["line_score"]) == [0.8, 0.4]
+    assert list(lines["rerank_score"]) == pytest.approx([0.8, 0.4])
