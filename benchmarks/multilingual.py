@@ -58,7 +58,8 @@ VARIANTS = {
     "auto": {"multilingual.search": "auto"},
     "always": {"multilingual.search": "always"},
 }
-OFF_TOPIC = Path(__file__).with_name("multilingual_offtopic.json")
+OFF_TOPIC = Path(__file__).with_name("multilingual_offtopic.json")  # the line bar was set on these
+HELD_OUT_OFF_TOPIC = Path(__file__).with_name("multilingual_offtopic_heldout.json")  # written after
 SEED = 53
 console = Console()
 
@@ -255,7 +256,11 @@ def _verdict(result_json: str) -> tuple[str | None, float | None]:
 def off_topic(tool: KnowledgeTool, base: dict, overrides: dict) -> dict:
     """Found share of the off-topic and chit-chat questions per language, and their best
     multilingual cosines."""
-    written = json.loads(OFF_TOPIC.read_text())["questions"]
+    written = [
+        {**q, "kind": q["kind"] + suffix}
+        for path, suffix in ((OFF_TOPIC, ""), (HELD_OUT_OFF_TOPIC, ", held-out"))
+        for q in json.loads(path.read_text(encoding="utf-8"))["questions"]
+    ]
     queries = pd.DataFrame(
         {"query_id": f"{q['lang']}-{q['kind']}-{n}", "query": q["text"], "lang": q["lang"], "kind": q["kind"]}
         for n, q in enumerate(written)
@@ -286,10 +291,9 @@ def quality(sets: list[str], cache: Path, per_language: int, pages: int, git_dir
         tool, base, _ = prepared_tool(kb, cache, f"multilingual-{name}-{pages if name == 'tldr' else 'docs'}")
         try:
             out[name] = {label: measure(tool, base, o, queries, qrels) for label, o in VARIANTS.items()}
-            if name == "tldr":
-                out["off_topic"] = {
-                    "tldr": {k: off_topic(tool, base, VARIANTS[k]) for k in ("off (before)", "auto")}
-                }
+            out.setdefault("off_topic", {})[name] = {
+                k: off_topic(tool, base, VARIANTS[k]) for k in ("off (before)", "auto")
+            }
         finally:
             tool.close()
         for label, rows in out[name].items():

@@ -75,6 +75,11 @@ class AbstentionPolicy:
     # 200 written off-topic and chit-chat questions' best on the tldr store (0.297) and the sample
     # knowledge base (0.245); docs/multilingual.md
     multilingual_bar: float = 0.30
+    # the multilingual cosine a question asked across languages needs of one kept block's best line
+    # (the rerank's line_scores) where the readings above refused it: above the 400 written
+    # off-topic and chit-chat questions' best on the tldr store and the sample knowledge base (0.52);
+    # docs/multilingual.md
+    multilingual_line_bar: float = 0.55
     # a CJK question on pages in its own script (docs/cjk.md), chosen on the dev half of
     # benchmarks/sets/cjk-*: the multilingual cosine of those pages' best hit that words a best hit
     # holds need, between the word-held chit-chat line (0.18, "お名前は？") and the lowest answerable
@@ -471,21 +476,29 @@ def cjk_multilingual_top(evidence_hits: list[SearchHit], query_script: Script) -
     return multilingual_top([hit for hit in evidence_hits if _in_cjk(hit)]) if query_script == "cjk" else None
 
 
+def line_top(line_scores: dict[str, float] | None) -> float | None:
+    """The best kept block's best line cosine for a question asked across languages (the
+    rerank's ``line_scores``; ``None``: not read)."""
+    return max(line_scores.values(), default=None) if line_scores else None
+
+
 def multilingual_reason(
     verdict_reason: VerdictReason,
     foreign_multilingual_top: float | None,
     abstention_policy: AbstentionPolicy,
+    line_top: float | None = None,
 ) -> VerdictReason:
     """``multilingual_match`` for a question the dense and word readings refused (its words are
     not the store's language) whose best multilingual cosine on hits in another script
-    (:func:`foreign_multilingual_top`) reaches :attr:`AbstentionPolicy.multilingual_bar`; else
-    ``verdict_reason``. That cosine is ``None`` for an English question: its verdict is the
-    dense and word readings' alone."""
+    (:func:`foreign_multilingual_top`) reaches :attr:`AbstentionPolicy.multilingual_bar`, or one
+    kept block's best line (:func:`line_top`) :attr:`AbstentionPolicy.multilingual_line_bar`;
+    else ``verdict_reason``. Both are ``None`` for an English question: its verdict is the dense
+    and word readings' alone."""
     refused = verdict_reason not in (*EVIDENCE_REASONS, "no_candidates")
-    top = foreign_multilingual_top
-    if refused and top is not None and top >= abstention_policy.multilingual_bar:
-        return "multilingual_match"
-    return verdict_reason
+    top, policy = foreign_multilingual_top, abstention_policy
+    chunk = top is not None and top >= policy.multilingual_bar
+    line = line_top is not None and line_top >= policy.multilingual_line_bar
+    return "multilingual_match" if refused and (chunk or line) else verdict_reason
 
 
 def sentence_cosine(
@@ -556,6 +569,7 @@ class MeaningReadings(TypedDict):
     multilingual_top: float | None
     cjk_multilingual_top: float | None
     sentence_cosine: float | None
+    line_top: float | None
 
 
 def margin_readings(
@@ -600,14 +614,19 @@ def term_readings(
 
 
 def meaning_readings(
-    multilingual_top: float | None, cjk_multilingual_top: float | None, sentence_cosine: float | None
+    multilingual_top: float | None,
+    cjk_multilingual_top: float | None,
+    sentence_cosine: float | None,
+    line_top: float | None = None,
 ) -> MeaningReadings:
     """The multilingual cosines the verdict read: the best hit's, a CJK question's best hit
-    written in CJK, and its best sentence's (``None``: not read)."""
+    written in CJK, its best sentence's, and a question asked across languages' best kept
+    line's (``None``: not read)."""
     return MeaningReadings(
         multilingual_top=multilingual_top,
         cjk_multilingual_top=cjk_multilingual_top,
         sentence_cosine=sentence_cosine,
+        line_top=line_top,
     )
 
 

@@ -20,7 +20,7 @@ from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import SearchRequest, StoredChunk
 from lookup_knowledge.adapters.sparse import bm25_encoder
-from lookup_knowledge.dataflows.abstention import AbstentionPolicy, multilingual_reason
+from lookup_knowledge.dataflows.abstention import AbstentionPolicy, line_top, multilingual_reason
 from lookup_knowledge.extras import EXTRAS, MissingExtraError
 from lookup_knowledge.stores import build_multilingual_embedder
 
@@ -207,6 +207,24 @@ def test_the_multilingual_reason_passes_only_refused_questions_above_the_bar() -
     assert multilingual_reason("below_probe_null", None, policy) == "below_probe_null"  # English: no leg
     assert multilingual_reason("plausible", 0.1, policy) == "plausible"
     assert multilingual_reason("no_candidates", 0.9, policy) == "no_candidates"
+
+
+def test_one_returned_line_at_the_line_bar_passes_a_refused_question() -> None:
+    policy = AbstentionPolicy(multilingual_bar=0.5, multilingual_line_bar=0.6)
+    assert multilingual_reason("no_shared_terms", 0.41, policy, line_top=0.63) == "multilingual_match"
+    assert multilingual_reason("no_shared_terms", 0.41, policy, line_top=0.58) == "no_shared_terms"
+    assert multilingual_reason("no_shared_terms", None, policy, line_top=None) == "no_shared_terms"
+    assert multilingual_reason("no_candidates", None, policy, line_top=0.9) == "no_candidates"
+    assert line_top({"a#chunk-0": 0.4, "b#chunk-1": 0.7}) == 0.7
+    assert line_top(None) is None and line_top({}) is None
+
+
+def test_the_verdict_shows_the_best_line_it_read(store: Path, embedder) -> None:
+    with _tool(store, embedder) as tool:
+        german, english = tool.lookup(QUESTIONS["de"][0]), tool.lookup(ENGLISH)
+    verdict = german.retrieval_trace.evidence_verdict
+    assert verdict.line_top == pytest.approx(max(e.line_score for e in german.rerank_trace.entries))
+    assert english.retrieval_trace.evidence_verdict.line_top is None
 
 
 def test_search_on_needs_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
