@@ -126,7 +126,8 @@ def rerank_trace(reranked_df: pd.DataFrame, rerank_weights: RerankConfig) -> Rer
         )
         for row in records(reranked_df)
     ]
-    return RerankTrace(weights=rerank_weights.model_dump(), entries=entries)
+    weights = rerank_weights.model_dump(exclude={"cross_language_lines"})  # a switch: lineScore shows it
+    return RerankTrace(weights=weights, entries=entries)
 
 
 def relevance_level(
