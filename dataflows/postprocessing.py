@@ -307,11 +307,11 @@ def line_scores(
     if not rows or any(language in (None, query_language) for language in languages):
         return None
     lines = [prose_lines(row["breadcrumb"] or "", row["content"] or "") or [""] for row in rows]
-    cosines = multilingual_embedder.embed_documents([line for block in lines for line in block]) @ vector
-    bounds = np.cumsum([0, *map(len, lines)])
+    distinct = list(dict.fromkeys(line for block in lines for line in block))  # a page's chunks share lines
+    cosine = dict(zip(distinct, multilingual_embedder.embed_documents(distinct) @ vector, strict=True))
     return {
-        row["evidence_key"]: float(np.max(cosines[start:end]))
-        for row, start, end in zip(rows, bounds[:-1], bounds[1:], strict=True)
+        row["evidence_key"]: float(max(cosine[line] for line in block))
+        for row, block in zip(rows, lines, strict=True)
     }
 
 
