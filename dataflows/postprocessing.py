@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.l0_index import normalize
 from lookup_knowledge.adapters.multilingual import prose_lines
 from lookup_knowledge.adapters.payload import (
@@ -298,8 +298,9 @@ def line_scores(
     in another language than it), each block's best multilingual cosine of one of its
     :func:`prose_lines`, by evidence key; ``None`` otherwise (an English question under
     ``multilingual.search: auto``, a block in the question's language or of unknown language,
-    ``rerank.cross_language_lines`` off). The store ranks such a question by the chunk's one
-    multilingual vector, which blurs the one line that answers it (docs/multilingual.md)."""
+    ``rerank.cross_language_lines`` off, or the encoder failed: the blocks keep their rank
+    scores). The store ranks such a question by the chunk's one multilingual vector, which blurs
+    the one line that answers it (docs/multilingual.md)."""
     vector, rows = multilingual_query_vector, records(deduped_df)
     if vector is None or multilingual_embedder is None or not rerank_weights.cross_language_lines:
         return None
@@ -308,7 +309,11 @@ def line_scores(
         return None
     lines = [prose_lines(row["breadcrumb"] or "", row["content"] or "") or [""] for row in rows]
     distinct = list(dict.fromkeys(line for block in lines for line in block))  # a page's chunks share lines
-    cosine = dict(zip(distinct, multilingual_embedder.embed_documents(distinct) @ vector, strict=True))
+    try:
+        cosines = multilingual_embedder.embed_documents(distinct) @ vector
+    except EmbedderError:
+        return None
+    cosine = dict(zip(distinct, cosines, strict=True))
     return {
         row["evidence_key"]: float(max(cosine[line] for line in block))
         for row, block in zip(rows, lines, strict=True)

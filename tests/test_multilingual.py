@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import make_config, write_corpus
-from dataflow_fixtures import searched
+from dataflow_fixtures import make_hit, searched
 
 from lookup_knowledge import KnowledgeTool, ingest
 from lookup_knowledge.adapters.embedder import EmbedderError
@@ -20,7 +20,11 @@ from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import SearchRequest, StoredChunk
 from lookup_knowledge.adapters.sparse import bm25_encoder
+from lookup_knowledge.config import RerankConfig
+from lookup_knowledge.contract import L0Hints
 from lookup_knowledge.dataflows.abstention import AbstentionPolicy, line_top, multilingual_reason
+from lookup_knowledge.dataflows.postprocessing import candidates_df, deduped_df, line_scores, screened_df
+from lookup_knowledge.dataflows.retrieval import HybridFusion, SearchAttempt
 from lookup_knowledge.extras import EXTRAS, MissingExtraError
 from lookup_knowledge.stores import build_multilingual_embedder
 
@@ -422,3 +426,19 @@ def test_a_question_in_the_blocks_own_language_is_not_read_by_lines(tmp_path: Pa
         result = tool.lookup("Wie ändere ich die Zugriffsrechte einer Datei?")
     assert [b.language for b in result.evidence_blocks][:1] == ["de"]
     assert all(e.line_score is None for e in result.rerank_trace.entries)
+
+
+def test_a_failing_encoder_leaves_the_blocks_their_rank_scores() -> None:
+    hits = [
+        make_hit(doc, 0, 0.9 - n / 10, content=body, payload={"language": "en"})
+        for n, (doc, (_, body)) in enumerate(PAGES.items())
+    ]
+    attempt = SearchAttempt("unfiltered", None, 20, hits, hits)
+    candidates = candidates_df([attempt], L0Hints(), "dense", HybridFusion())
+    deduped = deduped_df(screened_df(candidates, 2, 5, 0.0))
+    vector = MultilingualEmbedder().embed_query(QUESTIONS["de"][0])
+    weights = RerankConfig()
+    assert line_scores(deduped, "de", weights, vector, MultilingualEmbedder()) is not None
+    assert line_scores(deduped, "de", weights, vector, _RecordingEncoder(fail=True)) is None
+    english = line_scores(deduped, "en", weights, vector, MultilingualEmbedder())
+    assert english is None  # a question in the blocks' own language
