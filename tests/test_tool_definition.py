@@ -12,6 +12,7 @@ import jsonschema
 from lookup_knowledge import tool_definition
 from lookup_knowledge.agent.tool_definition import (
     INPUT_SCHEMA,
+    QUERY_DESCRIPTION,
     TOOL_DESCRIPTION,
     TOOL_NAME,
     VERIFY_INPUT_SCHEMA,
@@ -122,3 +123,11 @@ def test_the_schemas_are_the_argument_models() -> None:
             else:
                 accepted = True
             assert accepted is valid, arguments
+
+
+def test_the_query_description_says_how_other_languages_are_read() -> None:
+    """Not "English only" (the multilingual leg reads 15 languages by meaning), nor more than a
+    store without multilingual vectors does."""
+    assert "English" in QUERY_DESCRIPTION and "multilingual vectors" in QUERY_DESCRIPTION
+    assert "`language`" in QUERY_DESCRIPTION
+    assert "English text only" not in QUERY_DESCRIPTION
