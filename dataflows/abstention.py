@@ -30,10 +30,10 @@ from hamilton.function_modifiers import config
 
 from lookup_knowledge.adapters.cjk_words import passage_sentences
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.adapters.payload import TITLE_FIELD
+from lookup_knowledge.adapters.payload import LANGUAGE_FIELD, TITLE_FIELD
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.adapters.sparse import code_of, distinctive, made_of_codes
-from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, Script, written_in_cjk
+from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, Script, script_of
 from lookup_knowledge.contract import EvidenceVerdict, VerdictReason
 from lookup_knowledge.frames import column_values
 
@@ -47,6 +47,7 @@ EVIDENCE_REASONS = (
     "multilingual_match",
     "sentence_match",
 )
+CJK_LANGUAGES = ("zh", "ja", "ko")
 _SAME = 1 - 1e-9  # an IDF read back at the unheld term's value, float rounding aside
 
 
@@ -455,20 +456,24 @@ def multilingual_top(evidence_hits: list[SearchHit]) -> float | None:
     )
 
 
+def _in_cjk(hit: SearchHit) -> bool:
+    """Whether a hit is written in CJK: its chunk's language, else (a store without languages)
+    its text's script."""
+    language = hit.payload.get(LANGUAGE_FIELD)
+    return language in CJK_LANGUAGES if language else script_of(hit.content) == "cjk"
+
+
 def foreign_multilingual_top(evidence_hits: list[SearchHit], query_script: Script) -> float | None:
     """:func:`multilingual_top` of the hits whose words the verdict could not read: for a CJK
     question those not written in CJK (it reads its words on the others, and its meaning there:
     :func:`cjk_multilingual_top`, :func:`sentence_cosine`); every hit for any other question."""
-    foreign = [hit for hit in evidence_hits if query_script != "cjk" or not written_in_cjk(hit)]
-    return multilingual_top(foreign)
+    return multilingual_top([hit for hit in evidence_hits if query_script != "cjk" or not _in_cjk(hit)])
 
 
 def cjk_multilingual_top(evidence_hits: list[SearchHit], query_script: Script) -> float | None:
     """For a CJK question, :func:`multilingual_top` of its hits written in CJK (where its words
     are read); ``None`` for any other question."""
-    if query_script != "cjk":
-        return None
-    return multilingual_top([hit for hit in evidence_hits if written_in_cjk(hit)])
+    return multilingual_top([hit for hit in evidence_hits if _in_cjk(hit)]) if query_script == "cjk" else None
 
 
 def line_top(line_scores: dict[str, float] | None) -> float | None:
@@ -512,7 +517,7 @@ def sentence_cosine(
     vector = multilingual_query_vector
     if multilingual_reason != "uninformative_terms" or query_script != "cjk" or vector is None:
         return None
-    best = [hit for hit in evidence_hits[: abstention_policy.coverage_hits] if written_in_cjk(hit)]
+    best = [hit for hit in evidence_hits[: abstention_policy.coverage_hits] if _in_cjk(hit)]
     sentences = list(dict.fromkeys(s for hit in best for s in passage_sentences(hit.content)))
     if not sentences or multilingual_embedder is None:
         return None

@@ -31,7 +31,7 @@ from lookup_knowledge.adapters.search import (
     identity_key,
 )
 from lookup_knowledge.adapters.sparse import SparseVector, distinctive
-from lookup_knowledge.calibration import script_of, written_in_cjk
+from lookup_knowledge.calibration import script_of
 from lookup_knowledge.contract import (
     AttemptKind,
     DecisionRule,
@@ -172,13 +172,10 @@ def _is_usable(hit: SearchHit, min_evidence_score: float, cjk: bool = False) -> 
     """Evidence: a hit with text whose dense score (or multilingual cosine, a question in another
     language than the chunk's) reaches ``min_evidence_score``, or that holds one of the query's
     codes exactly (sparse, hybrid: an error code the model blurs), or (a CJK query, ``cjk``) that
-    is written in CJK and the BM25 search ranked: MiniLM embeds CJK text as a few rare tokens,
-    so its cosine says nothing of a Chinese or Japanese page (``docs/cjk.md``). A page in another
-    script that the BM25 search ranked for a CJK query is no evidence by that alone: its match is
-    chance (Japanese questions on FastAPI's English pages ranked lower with them: MRR@10 0.57
-    against 0.78, the blocks' lines not read)."""
+    the BM25 search ranked: MiniLM embeds CJK text as a few rare tokens, so its cosine says
+    nothing of a Chinese or Japanese page (``docs/cjk.md``)."""
     score = max(hit.normalized_score, hit.multilingual_score or 0.0)
-    lexical = bool(hit.exact_codes) or (cjk and hit.sparse_rank is not None and written_in_cjk(hit))
+    lexical = bool(hit.exact_codes) or (cjk and hit.sparse_rank is not None)
     return (score >= min_evidence_score or lexical) and bool(hit.content.strip())
 
 

@@ -29,7 +29,6 @@ from typing import Any, Literal
 import numpy as np
 
 from lookup_knowledge.adapters.embedder import Embedder
-from lookup_knowledge.adapters.payload import LANGUAGE_FIELD
 from lookup_knowledge.adapters.search import AccessFilter, KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.probes import PROBE_QUERIES
@@ -55,16 +54,6 @@ def script_of(text: str) -> Script:
     two differently (MiniLM reads CJK text as a few rare tokens), so each has its own null."""
     cjk = len(_CJK.findall(text))
     return "cjk" if cjk > len(_OTHER_WORD.findall(_CJK.sub(" ", text))) else "alphabetic"
-
-
-CJK_LANGUAGES = ("zh", "ja", "ko")
-
-
-def written_in_cjk(hit: SearchHit) -> bool:
-    """Whether a hit is written in CJK: its chunk's language, else (a store without languages)
-    its text's script."""
-    language = hit.payload.get(LANGUAGE_FIELD)
-    return language in CJK_LANGUAGES if language else script_of(hit.content) == "cjk"
 
 
 @dataclass(frozen=True, slots=True)

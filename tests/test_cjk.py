@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 from conftest import write_markdown
-from dataflow_fixtures import make_hit
 
 from lookup_knowledge import KnowledgeTool, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.cjk_words import cjk_words, language_of
 from lookup_knowledge.calibration import script_of
 from lookup_knowledge.dataflows.abstention import AbstentionPolicy, WordShare
 from lookup_knowledge.dataflows.query_understanding import query_terms, query_words
-from lookup_knowledge.dataflows.retrieval import _is_usable
 from lookup_knowledge.ingestion import ingest
 
 POLICY = AbstentionPolicy()
@@ -173,15 +170,3 @@ def test_chinese_chitchat_is_not_found(cjk_tool: KnowledgeTool) -> None:
     result = cjk_tool.lookup("你是谁？")  # no content word: nothing to hold
     assert not result.found
     assert result.retrieval_trace.evidence_verdict.reason == "no_shared_terms"
-
-
-def test_a_cjk_query_takes_a_low_cosine_hit_the_bm25_search_ranked_only_when_written_in_cjk() -> None:
-    """MiniLM's cosine says nothing of a Japanese page, so the BM25 search's word is evidence
-    there; on a page in another script such a match is chance (docs/cjk.md)."""
-    japanese = replace(make_hit("ja-page", 0, 0.12, content="ディスクの空き容量を表示する"), sparse_rank=1)
-    english = replace(make_hit("en-page", 0, 0.12, content="Show free disk space"), sparse_rank=1)
-    tagged = replace(english, payload={"language": "ja"})  # the chunk's language, where ingest gave one
-    assert _is_usable(japanese, 0.3, cjk=True)
-    assert not _is_usable(english, 0.3, cjk=True)
-    assert _is_usable(tagged, 0.3, cjk=True)
-    assert not _is_usable(japanese, 0.3, cjk=False)  # an alphabetic query: the cosine decides
