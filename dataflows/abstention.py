@@ -76,9 +76,9 @@ class AbstentionPolicy:
     # knowledge base (0.245); docs/multilingual.md
     multilingual_bar: float = 0.30
     # the multilingual cosine a question asked across languages needs of one kept block's best line
-    # (the rerank's line_scores) where the readings above refused it: above the 400 written
-    # off-topic and chit-chat questions' best on the tldr store and the sample knowledge base (0.52);
-    # docs/multilingual.md
+    # (the rerank's line_scores) where the readings above refused it: above the best that the 200
+    # written off-topic and chit-chat questions reached on the tldr store and the sample knowledge
+    # base (0.52, over their 400 lookups); docs/multilingual.md
     multilingual_line_bar: float = 0.55
     # a CJK question on pages in its own script (docs/cjk.md), chosen on the dev half of
     # benchmarks/sets/cjk-*: the multilingual cosine of those pages' best hit that words a best hit
