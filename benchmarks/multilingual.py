@@ -2,7 +2,7 @@
 with the multilingual leg off (the product before it), ``auto`` (questions not in English) and
 ``always``; and what the leg costs (ingest chunks/s, lookup p50, store size).
 
-    python benchmarks/multilingual.py [--sets tldr,fastapi] [--per-language 120] [--costs]
+    python benchmarks/multilingual.py [--sets tldr,fastapi,handbook] [--per-language 120] [--costs]
         [--fastapi-git DIR] [--cache benchmarks/.cache] [--out benchmarks/results/multilingual.json]
 
 Sets:
@@ -16,6 +16,10 @@ Sets:
   the anchor both carry (``{ #path-parameters }``), is a question judged to the English page that
   holds the anchor (anchors held by more than one English page are left out); the English headings
   are the English questions. No setting was fitted on it.
+- ``handbook``: ``benchmarks/sets/handbook`` (a company's employee handbook, English pages; its
+  47 answerable and 52 unanswerable questions, written before the pages were read), each question
+  translated here into German, Spanish and Chinese (``queries-translated.jsonl``): MRR@10 and
+  found share of the answerable ones, and found share of the unanswerable ones, per language.
 
 Per language: MRR@10 and recall@5 of what the agent receives (blocks only when ``found``), the
 found share, and the MRR@10 of the ranking itself (the rerank trace, whatever the verdict). The
@@ -58,6 +62,7 @@ VARIANTS = {
     "auto": {"multilingual.search": "auto"},
     "always": {"multilingual.search": "always"},
 }
+HANDBOOK = Path(__file__).with_name("sets") / "handbook"
 OFF_TOPIC = Path(__file__).with_name("multilingual_offtopic.json")  # the line bar was set on these
 HELD_OUT_OFF_TOPIC = Path(__file__).with_name("multilingual_offtopic_heldout.json")  # written after
 SEED = 53
@@ -160,6 +165,42 @@ def fastapi_set(cache: Path, git_dir: Path, per_language: int) -> tuple[Path, pd
     (cache / "fastapi-commit.txt").write_text(commit)
     frame = pd.DataFrame(rows).drop_duplicates("query_id")
     return kb, _sampled(frame, per_language), qrels
+
+
+def handbook_set() -> tuple[Path, pd.DataFrame, dict, pd.DataFrame]:
+    """The handbook set (module docstring): its answerable questions in English and translated,
+    their judgments, and its unanswerable questions in the same languages."""
+    folder = HANDBOOK
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (folder / "qrels.tsv").read_text().splitlines()[1:]:
+        qid, doc, score = line.split("\t")
+        qrels.setdefault(qid, {})[doc] = int(score)
+    english = [
+        {**(r := json.loads(line)), "lang": "en", "source": r["_id"]}
+        for line in (folder / "queries.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    translated = [
+        json.loads(line) for line in (folder / "queries-translated.jsonl").read_text("utf-8").splitlines()
+    ]
+    rows = pd.DataFrame(
+        {"query_id": r["_id"], "query": r["text"], "lang": r["lang"], "answerable": r["answerable"],
+         "source": r["source"]}
+        for r in english + translated
+    )  # fmt: skip
+    answerable = rows[rows["answerable"]].reset_index(drop=True)
+    judged = {
+        qid: qrels[source] for qid, source in zip(answerable["query_id"], answerable["source"], strict=True)
+    }
+    return folder / "pages", answerable, judged, rows[~rows["answerable"]].reset_index(drop=True)
+
+
+def unanswerable_found(tool: KnowledgeTool, base: dict, overrides: dict, queries: pd.DataFrame) -> dict:
+    """Found share per language of questions no page of the store answers."""
+    results, _ = _run(tool, base, overrides, queries, None)
+    return {
+        lang: {"queries": len(group), "found": float(results.loc[list(group["query_id"]), "found"].mean())}
+        for lang, group in queries.groupby("lang")
+    }
 
 
 _HEADING = re.compile(r"^#{1,4} (.+?)\s*\{ *#([\w-]+) *\}\s*$", re.MULTILINE)
@@ -284,16 +325,25 @@ def quality(sets: list[str], cache: Path, per_language: int, pages: int, git_dir
     the tldr store and the sample knowledge base, the leg off and auto."""
     out: dict[str, Any] = {}
     for name in sets:
+        unanswerable = None
         if name == "tldr":
             kb, queries, qrels = tldr_set(cache, per_language, pages)
-        else:
+        elif name == "fastapi":
             kb, queries, qrels = fastapi_set(cache, git_dir, per_language)
-        tool, base, _ = prepared_tool(kb, cache, f"multilingual-{name}-{pages if name == 'tldr' else 'docs'}")
+        else:
+            kb, queries, qrels, unanswerable = handbook_set()
+        store = {"tldr": f"multilingual-tldr-{pages}", "fastapi": "multilingual-fastapi-docs"}
+        tool, base, _ = prepared_tool(kb, cache, store.get(name, f"multilingual-{name}"))
         try:
             out[name] = {label: measure(tool, base, o, queries, qrels) for label, o in VARIANTS.items()}
             out.setdefault("off_topic", {})[name] = {
                 k: off_topic(tool, base, VARIANTS[k]) for k in ("off (before)", "auto")
             }
+            if unanswerable is not None:
+                out[f"{name}_unanswerable"] = {
+                    k: unanswerable_found(tool, base, VARIANTS[k], unanswerable)
+                    for k in ("off (before)", "auto")
+                }
         finally:
             tool.close()
         for label, rows in out[name].items():
@@ -470,11 +520,25 @@ def off_topic_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def unanswerable_table(results: dict[str, Any], name: str) -> str:
+    """Found share of the questions no page answers, per language, the leg off and auto."""
+    block = results[f"{name}_unanswerable"]
+    labels = list(block)
+    lines = ["| language | questions | " + " | ".join(f"found, {k}" for k in labels) + " |"]
+    lines.append("|---|---:|" + "---:|" * len(labels))
+    for lang in (lang for lang in LANGUAGES if lang in block[labels[0]]):
+        cells = " | ".join(f"{block[k][lang]['found']:.0%}" for k in labels)
+        lines.append(f"| {lang} | {block[labels[0]][lang]['queries']} | {cells} |")
+    return "\n".join(lines)
+
+
 def write_doc(doc: Path, results: dict[str, Any]) -> None:
-    for name in ("tldr", "fastapi"):
+    for name in ("tldr", "fastapi", "handbook"):
         if name in results:
             replace_table(doc, f"multilingual-{name}", quality_table(results, name))
             replace_table(doc, f"multilingual-{name}-shares", share_table(results, name))
+        if f"{name}_unanswerable" in results:
+            replace_table(doc, f"multilingual-{name}-unanswerable", unanswerable_table(results, name))
     if "off_topic" in results:
         replace_table(doc, "multilingual-off-topic", off_topic_table(results))
     if "costs" in results:
@@ -483,7 +547,7 @@ def write_doc(doc: Path, results: dict[str, Any]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--sets", default="tldr,fastapi")
+    parser.add_argument("--sets", default="tldr,fastapi,handbook")
     parser.add_argument("--per-language", type=int, default=120, help="questions per language (0: all)")
     parser.add_argument("--pages", type=int, default=2000, help="tldr pages in the knowledge base (0: all)")
     parser.add_argument("--from-json", action="store_true", help="rewrite the doc's tables from --out")

@@ -29,7 +29,7 @@ import pandas as pd
 from hamilton.function_modifiers import config
 
 from lookup_knowledge.adapters.cjk_words import passage_sentences
-from lookup_knowledge.adapters.embedder import Embedder
+from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.payload import LANGUAGE_FIELD, TITLE_FIELD
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.adapters.sparse import code_of, distinctive, made_of_codes
@@ -80,6 +80,13 @@ class AbstentionPolicy:
     # written off-topic and chit-chat questions reached on the tldr store and the sample knowledge
     # base (0.52, over their 400 lookups); docs/multilingual.md
     multilingual_line_bar: float = 0.55
+    # a question the multilingual bars pass is still refused when it lies as near one probe
+    # question (lookup_knowledge.probes: greetings, recipes, weather) as this and no nearer its
+    # evidence: a greeting, a thank-you. Unrelated questions of one form ("How often should I water
+    # tomato plants?", "How often are salaries reviewed?") lie at 0.30-0.45; chit-chat lines near a
+    # probe greeting at 0.55-0.9. 0.40 refused 8 of 141 answerable translated handbook questions
+    # (benchmarks/sets/handbook), 0.50 let 5 of 12 chit-chat lines through there; docs/multilingual.md
+    multilingual_probe_bar: float = 0.45
     # a CJK question on pages in its own script (docs/cjk.md), chosen on the dev half of
     # benchmarks/sets/cjk-*: the multilingual cosine of those pages' best hit that words a best hit
     # holds need, between the word-held chit-chat line (0.18, "お名前は？") and the lowest answerable
@@ -482,23 +489,44 @@ def line_top(line_scores: dict[str, float] | None) -> float | None:
     return max(line_scores.values(), default=None) if line_scores else None
 
 
+def probe_cosine(
+    store_calibration: ProbeCalibration | None = None,
+    multilingual_query_vector: np.ndarray | None = None,
+    multilingual_embedder: Embedder | None = None,
+) -> float | None:
+    """The question's best multilingual cosine with one of the probe questions (what no store
+    answers: greetings, recipes, capitals, gibberish, in several languages; their vectors made
+    once per process); ``None`` when its multilingual leg did not run or the encoder failed."""
+    vector = multilingual_query_vector
+    if vector is None or multilingual_embedder is None or store_calibration is None:
+        return None
+    try:
+        return float(np.max(store_calibration.probe_vectors(multilingual_embedder) @ vector))
+    except EmbedderError:
+        return None
+
+
 def multilingual_reason(
     verdict_reason: VerdictReason,
     foreign_multilingual_top: float | None,
     abstention_policy: AbstentionPolicy,
     line_top: float | None = None,
+    probe_cosine: float | None = None,
 ) -> VerdictReason:
     """``multilingual_match`` for a question the dense and word readings refused (its words are
     not the store's language) whose best multilingual cosine on hits in another script
     (:func:`foreign_multilingual_top`) reaches :attr:`AbstentionPolicy.multilingual_bar`, or one
-    kept block's best line (:func:`line_top`) :attr:`AbstentionPolicy.multilingual_line_bar`;
-    else ``verdict_reason``. Both are ``None`` for an English question: its verdict is the dense
-    and word readings' alone."""
+    kept block's best line (:func:`line_top`) :attr:`AbstentionPolicy.multilingual_line_bar`,
+    unless it reads like a probe question (:func:`probe_cosine` at least
+    :attr:`AbstentionPolicy.multilingual_probe_bar` and no lower than both: a greeting near a
+    page's words is nearer a probe greeting); else ``verdict_reason``. All are ``None`` for an
+    English question: its verdict is the dense and word readings' alone."""
     refused = verdict_reason not in (*EVIDENCE_REASONS, "no_candidates")
-    top, policy = foreign_multilingual_top, abstention_policy
-    chunk = top is not None and top >= policy.multilingual_bar
-    line = line_top is not None and line_top >= policy.multilingual_line_bar
-    return "multilingual_match" if refused and (chunk or line) else verdict_reason
+    chunk, line, policy = foreign_multilingual_top or 0.0, line_top or 0.0, abstention_policy
+    meant = chunk >= policy.multilingual_bar or line >= policy.multilingual_line_bar
+    probe = probe_cosine or 0.0
+    like_a_probe = probe >= policy.multilingual_probe_bar and probe >= max(chunk, line)
+    return "multilingual_match" if refused and meant and not like_a_probe else verdict_reason
 
 
 def sentence_cosine(
@@ -570,6 +598,7 @@ class MeaningReadings(TypedDict):
     cjk_multilingual_top: float | None
     sentence_cosine: float | None
     line_top: float | None
+    probe_cosine: float | None
 
 
 def margin_readings(
@@ -618,15 +647,17 @@ def meaning_readings(
     cjk_multilingual_top: float | None,
     sentence_cosine: float | None,
     line_top: float | None = None,
+    probe_cosine: float | None = None,
 ) -> MeaningReadings:
     """The multilingual cosines the verdict read: the best hit's, a CJK question's best hit
-    written in CJK, its best sentence's, and a question asked across languages' best kept
-    line's (``None``: not read)."""
+    written in CJK, its best sentence's, a question asked across languages' best kept line's,
+    and the nearest probe question's (``None``: not read)."""
     return MeaningReadings(
         multilingual_top=multilingual_top,
         cjk_multilingual_top=cjk_multilingual_top,
         sentence_cosine=sentence_cosine,
         line_top=line_top,
+        probe_cosine=probe_cosine,
     )
 
 

@@ -250,11 +250,7 @@ class ProbeCalibration:
     def _measure(
         self, request: SearchRequest, search_port: KnowledgeSearchPort, embedder: Embedder
     ) -> dict[Script, ProbeNull]:
-        kept = self._vectors.get(id(embedder))
-        if kept is None:  # embedded once per model: a new search shape costs one search
-            embedded = embedder.embed_queries(list(self.probes))
-            kept = self._vectors.setdefault(id(embedder), (embedder, embedded))
-        answers = searched_hits(search_port, _shaped_like(request, self.probes, kept[1]))
+        answers = searched_hits(search_port, _shaped_like(request, self.probes, self.probe_vectors(embedder)))
         tops: dict[Script, list[float]] = {"cjk": [], "alphabetic": []}
         for probe, hits in zip(self.probes, answers, strict=True):
             tops[script_of(probe)].append(_top_cosine(hits))
@@ -263,6 +259,17 @@ class ProbeCalibration:
             script: ProbeNull(tuple(sorted(scores)), own if script == "alphabetic" else ())
             for script, scores in tops.items()
         }
+
+    def probe_vectors(self, embedder: Embedder) -> np.ndarray:
+        """The probes embedded by ``embedder``: once per model (a new search shape costs one
+        search; the multilingual encoder's are what a question asked in another language is
+        compared with, ``probe_cosine``)."""
+        kept = self._vectors.get(id(embedder))
+        if kept is None:
+            embedded = embedder.embed_queries(list(self.probes))
+            with self._lock:
+                kept = self._vectors.setdefault(id(embedder), (embedder, embedded))
+        return kept[1]
 
     def _own_question_vectors(self, embedder: Embedder, texts: list[str]) -> np.ndarray:
         """The vectors of own questions, embedding only those not embedded for this model before

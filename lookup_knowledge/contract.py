@@ -291,8 +291,9 @@ class EvidenceVerdict(ContractModel):
         "no chunk holds carry at least half of the query's information (unheld_share); "
         "multilingual_match: a question not in English (its multilingual leg ran) whose best hit's "
         "multilingual cosine (multilingual_top; for a CJK question, of its hits not written in CJK) "
-        "reaches the multilingual bar, or one returned block's best line (line_top) the line bar, where "
-        "the dense and word readings refused (docs/multilingual.md); "
+        "reaches the multilingual bar, or one returned block's best line (line_top) the line bar, "
+        "unless it reads like a probe question (probe_cosine), where the dense and word readings refused "
+        "(docs/multilingual.md); "
         "sentence_match: a CJK question whose words the best hits hold only in part "
         "(uninformative_terms) and one sentence of them is as close in meaning as the CJK sentence bar "
         "(sentence_cosine); below_multilingual_floor: a CJK question whose words a best hit holds while "
@@ -326,6 +327,12 @@ class EvidenceVerdict(ContractModel):
         None,
         description="a question asked in another language than every returned block: the best "
         "multilingual cosine between it and one prose line of those blocks (None: not read)",
+    )
+    probe_cosine: float | None = Field(
+        None,
+        description="a question whose multilingual leg ran: its best multilingual cosine with one of "
+        "the probe questions (what no store answers: greetings, recipes, weather); at the probe bar and "
+        "no lower than multilingual_top and line_top, multilingual_match is refused (None: not read)",
     )
     dense_percentile: float | None = Field(
         None, description="share of the store's probe questions (it cannot answer) scoring below dense_top"

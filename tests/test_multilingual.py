@@ -20,9 +20,15 @@ from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
 from lookup_knowledge.adapters.search import SearchRequest, StoredChunk
 from lookup_knowledge.adapters.sparse import bm25_encoder
+from lookup_knowledge.calibration import ProbeCalibration
 from lookup_knowledge.config import RerankConfig
 from lookup_knowledge.contract import L0Hints
-from lookup_knowledge.dataflows.abstention import AbstentionPolicy, line_top, multilingual_reason
+from lookup_knowledge.dataflows.abstention import (
+    AbstentionPolicy,
+    line_top,
+    multilingual_reason,
+    probe_cosine,
+)
 from lookup_knowledge.dataflows.postprocessing import candidates_df, deduped_df, line_scores, screened_df
 from lookup_knowledge.dataflows.retrieval import HybridFusion, SearchAttempt
 from lookup_knowledge.extras import EXTRAS, MissingExtraError
@@ -193,6 +199,54 @@ def test_language_of(text: str, language: str) -> None:
     assert language_of(text) == language
 
 
+OFFICE = {
+    "weekends": ("Weekends and holidays", "The office is closed on weekends and public holidays. Have a "
+                 "nice weekend: nobody is expected to answer messages on Saturday or Sunday."),
+    "expenses": ("Expenses", "Keep the receipt of every purchase you make for work and submit it within "
+                 "thirty days to be reimbursed."),
+    "parental-leave": ("Parental leave", "New parents, including adoptive parents, take twelve weeks of "
+                       "paid leave after the birth or adoption of a child."),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def office_store(tmp_path_factory: pytest.TempPathFactory, embedder) -> Path:
+    """Three pages of a company handbook, in English, with multilingual vectors."""
+    root = tmp_path_factory.mktemp("office")
+    docs = {f"{d}.md": ({"id": d, "title": t}, f"# {t}\n\n{b}\n") for d, (t, b) in OFFICE.items()}
+    ingest(write_corpus(root / "kb", docs), make_config(root / "store"), embedder=embedder)
+    return root / "store"
+
+
+def test_a_greeting_near_a_pages_words_reads_like_a_probe_and_is_refused(
+    office_store: Path, embedder
+) -> None:
+    policy = AbstentionPolicy()
+    with _tool(office_store, embedder) as tool:
+        greeting = tool.lookup("Schönes Wochenende!")
+        question = tool.lookup("Ist das Büro am Samstag geöffnet?")
+    verdict = greeting.retrieval_trace.evidence_verdict
+    assert verdict.multilingual_top >= policy.multilingual_bar  # the chunk's bar alone would pass it
+    assert verdict.probe_cosine >= policy.multilingual_probe_bar
+    assert verdict.probe_cosine >= max(verdict.multilingual_top, verdict.line_top or 0.0)
+    assert not greeting.found and verdict.reason != "multilingual_match"
+    assert question.found and question.evidence_blocks[0].doc_id == "weekends"
+    assert question.retrieval_trace.evidence_verdict.probe_cosine < policy.multilingual_probe_bar
+
+
+def test_the_multilingual_reason_refuses_a_question_that_reads_like_a_probe() -> None:
+    policy = AbstentionPolicy(multilingual_bar=0.3, multilingual_line_bar=0.55, multilingual_probe_bar=0.45)
+
+    def reason(line: float | None, probe: float | None) -> str:
+        return multilingual_reason("no_shared_terms", 0.35, policy, line, probe_cosine=probe)
+
+    assert reason(0.44, 0.6) == "no_shared_terms"  # nearer a probe than its evidence
+    assert reason(0.62, 0.6) == "multilingual_match"  # a line nearer than the probe
+    assert reason(0.40, 0.41) == "multilingual_match"  # under the probe bar: a question of one form
+    assert reason(None, None) == "multilingual_match"
+    assert multilingual_reason("plausible", 0.1, policy, None, probe_cosine=0.9) == "plausible"
+
+
 def test_the_encoder_puts_a_translation_near_its_original() -> None:
     encoder = MultilingualEmbedder()
     rows = encoder.embed_documents(["Compress a folder into an archive file.", "Show the free disk space."])
@@ -321,6 +375,11 @@ class _RecordingEncoder(MultilingualEmbedder):
             raise EmbedderError("the multilingual encoder failed: RuntimeError: table gone")
         return super().embed_documents(texts)
 
+    def embed_queries(self, texts):
+        if self.fail:
+            raise EmbedderError("the multilingual encoder failed: RuntimeError: table gone")
+        return super().embed_queries(texts)
+
 
 def test_ingest_encodes_the_multilingual_vectors_beside_the_dense_encoder(
     tmp_path: Path, kb: Path, embedder
@@ -442,3 +501,11 @@ def test_a_failing_encoder_leaves_the_blocks_their_rank_scores() -> None:
     assert line_scores(deduped, "de", weights, vector, _RecordingEncoder(fail=True)) is None
     english = line_scores(deduped, "en", weights, vector, MultilingualEmbedder())
     assert english is None  # a question in the blocks' own language
+
+
+def test_a_failing_encoder_reads_no_probe_cosine() -> None:
+    vector = MultilingualEmbedder().embed_query("Schönes Wochenende!")
+    read = probe_cosine(ProbeCalibration(), vector, MultilingualEmbedder())
+    assert read is not None and read >= AbstentionPolicy().multilingual_probe_bar
+    assert probe_cosine(ProbeCalibration(), vector, _RecordingEncoder(fail=True)) is None
+    assert probe_cosine(ProbeCalibration(), None, MultilingualEmbedder()) is None  # the leg did not run
