@@ -330,8 +330,8 @@ def reranked_df(
     (rank fusion ties often: two hits first in one search and second in the other), then go
     by evidence key. A block holding every code of a question made of codes alone ("what does
     baseURL do": :func:`made_of_codes`) earns ``code_question``: the question is those codes.
-    A question asked across languages weighs each block's best line (:func:`line_scores`) in
-    place of its rank score."""
+    A question asked across languages weighs each block's best line (:func:`line_scores`) plus
+    ``cross_language_rank`` times its rank score in place of its rank score."""
     scored = []
     for candidate in records(deduped_df):
         boosts = _boosts(candidate["l0_matches"], candidate["doc_type"], rerank_weights)
@@ -341,7 +341,11 @@ def reranked_df(
         if rerank_weights.code_question and made_of_codes(query_terms, codes):
             boosts.append((f"code_question:{codes[0]}", rerank_weights.code_question))
         line = line_scores.get(candidate["evidence_key"]) if line_scores else None
-        basis = candidate["rank_score"] if line is None else line
+        basis = (
+            candidate["rank_score"]
+            if line is None
+            else line + rerank_weights.cross_language_rank * candidate["rank_score"]
+        )
         score = rerank_weights.vector * basis + sum(c for _, c in boosts)
         scored.append({**candidate, "line_score": line, "boosts": boosts, "rerank_score": score})
     scored.sort(key=lambda c: (-c["rerank_score"], -c["rank_score"], c["original_rank"], c["evidence_key"]))

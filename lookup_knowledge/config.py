@@ -205,6 +205,7 @@ class RerankConfig(_Section):
     code_question: float = Field(1.0, ge=0.0)
     source_type: dict[str, float] = Field(default_factory=dict)
     cross_language_lines: bool = True
+    cross_language_rank: float = Field(0.2, ge=0.0)
 
 
 class ContextConfig(_Section):

@@ -453,7 +453,8 @@ def test_a_question_across_languages_ranks_each_block_by_its_best_line(
             float(np.max(encoder.embed_documents(lines) @ vector)), abs=1e-3
         )
         boosts = sum(b.contribution for b in entry.boosts)
-        assert entry.final_score == pytest.approx(entry.line_score + boosts, abs=1e-6)
+        basis = entry.line_score + RerankConfig().cross_language_rank * entry.rank_score
+        assert entry.final_score == pytest.approx(basis + boosts, abs=1e-6)
     assert [e.final_score for e in entries] == sorted((e.final_score for e in entries), reverse=True)
 
 

@@ -539,9 +539,20 @@ def test_a_block_holding_every_code_of_a_question_made_of_codes_comes_first():
 
 def test_line_scores_take_the_place_of_the_rank_score_in_the_rerank():
     deduped = dedup([("filtered", make_hit("a", 0, 0.9)), ("filtered", make_hit("b", 0, 0.5))])
-    weights = RerankConfig(vector=1.0)
+    weights = RerankConfig(vector=1.0, cross_language_rank=0.0)
     assert keys(reranked_df(deduped, weights, ())) == ["a#chunk-0", "b#chunk-0"]
     lines = reranked_df(deduped, weights, (), {"a#chunk-0": 0.4, "b#chunk-0": 0.8})
     assert keys(lines) == ["b#chunk-0", "a#chunk-0"]
     assert list(lines["line_score"]) == [0.8, 0.4]
     assert list(lines["rerank_score"]) == pytest.approx([0.8, 0.4])
+
+
+def test_a_blocks_rank_score_still_weighs_beside_its_best_line():
+    deduped = dedup([("filtered", make_hit("a", 0, 0.9)), ("filtered", make_hit("b", 0, 0.45))])
+    ranks = dict(zip(keys(deduped), deduped["rank_score"], strict=True))
+    weights = RerankConfig(vector=1.0, cross_language_rank=0.2)
+    lines = reranked_df(deduped, weights, (), {"a#chunk-0": 0.5, "b#chunk-0": 0.55})
+    assert ranks["b#chunk-0"] == pytest.approx(0.5 * ranks["a#chunk-0"], abs=0.01)  # the store's share
+    assert keys(lines) == ["a#chunk-0", "b#chunk-0"]  # 0.5 + 0.2 x 1.0 above 0.55 + 0.2 x 0.5
+    expected = [0.5 + 0.2 * ranks["a#chunk-0"], 0.55 + 0.2 * ranks["b#chunk-0"]]
+    assert list(lines["rerank_score"]) == pytest.approx(expected)
