@@ -294,13 +294,14 @@ def _verdict(result_json: str) -> tuple[str | None, float | None]:
     return verdict.get("reason"), verdict.get("multilingualTop")
 
 
-def off_topic(tool: KnowledgeTool, base: dict, overrides: dict) -> dict:
-    """Found share of the off-topic and chit-chat questions per language, and their best
-    multilingual cosines."""
+def off_topic(tool: KnowledgeTool, base: dict, overrides: dict, languages: tuple[str, ...] = ()) -> dict:
+    """Found share of the off-topic and chit-chat questions per language (``languages`` only,
+    when given), and their best multilingual cosines."""
     written = [
         {**q, "kind": q["kind"] + suffix}
         for path, suffix in ((OFF_TOPIC, ""), (HELD_OUT_OFF_TOPIC, ", held-out"))
         for q in json.loads(path.read_text(encoding="utf-8"))["questions"]
+        if not languages or q["lang"] in languages
     ]
     queries = pd.DataFrame(
         {"query_id": f"{q['lang']}-{q['kind']}-{n}", "query": q["text"], "lang": q["lang"], "kind": q["kind"]}

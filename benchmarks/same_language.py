@@ -1,0 +1,203 @@
+"""Questions asked in the knowledge base's own language, not English: FastAPI's docs as translated
+by the project (German, Spanish, French, Portuguese, Russian) and in English, each a knowledge
+base of its own, asked the 48 questions of ``benchmarks/sets/fastapi-native`` (written here in
+English before the pages were read, judged against the English pages, then translated; a
+translated page has the English page's path). The multilingual leg off (the product before it)
+and ``auto``; and BM25 alone, page by page, with the English Snowball stemmer the product uses
+for every language against the question's own language's stemmer and stop words (the per-language
+BM25 that issue 53 asks to measure).
+
+    python benchmarks/same_language.py [--fastapi-git DIR] [--cache benchmarks/.cache]
+        [--out benchmarks/results/same_language.json]
+
+Per language: MRR@10 and recall@5 of what the agent receives (blocks only when ``found``), the
+found share and the ranking's MRR@10 (verdict off). Tables go to docs/multilingual.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import qdrant_edge as qe
+from doc_sections import machine_line, measured, replace_table
+from multilingual import FASTAPI_GIT, _git, _title, console, measure, off_topic, prepared_tool, print_table
+
+SET = Path(__file__).with_name("sets") / "fastapi-native"
+LANGUAGES = ("en", "de", "es", "fr", "pt", "ru")
+VARIANTS = {"off (before)": {"multilingual.search": "off"}, "auto": {"multilingual.search": "auto"}}
+SNOWBALL = {
+    "en": "English",
+    "de": "German",
+    "es": "Spanish",
+    "fr": "French",
+    "pt": "Portuguese",
+    "ru": "Russian",
+}
+
+
+def questions() -> tuple[pd.DataFrame, dict[str, dict[str, int]]]:
+    """The set's questions (query_id, query, lang) and judgments (page id -> 1)."""
+    rows = [json.loads(line) for line in (SET / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
+    queries = pd.DataFrame([{"query_id": r["_id"], "query": r["text"], "lang": r["lang"]} for r in rows])
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (SET / "qrels.tsv").read_text().splitlines()[1:]:
+        qid, page, score = line.split("\t")
+        qrels.setdefault(qid, {})[page.removesuffix(".md")] = int(score)
+    return queries, qrels
+
+
+def pages(git_dir: Path, lang: str) -> dict[str, str]:
+    """The language's docs pages at the snapshot: page id (path without ``.md``) -> markdown."""
+    listed = _git(git_dir, "ls-tree", "-r", "--name-only", f"HEAD:docs/{lang}/docs").split()
+    return {
+        p.removesuffix(".md"): _git(git_dir, "show", f"HEAD:docs/{lang}/docs/{p}")
+        for p in listed
+        if p.endswith(".md")
+    }
+
+
+def knowledge_base(cache: Path, lang: str, texts: dict[str, str]) -> Path:
+    kb = cache / f"fastapi-docs-{lang}"
+    for doc_id, text in texts.items():
+        target = kb / f"{doc_id}.md"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(
+            f"---\nid: {doc_id}\ntitle: {_title(text, doc_id)}\n---\n\n{text}", encoding="utf-8"
+        )
+    return kb
+
+
+def bm25_pages(
+    texts: dict[str, str], queries: pd.DataFrame, qrels: dict, stemmer: str, stop_words: str
+) -> float:
+    """MRR@10 of BM25 alone over whole pages (the engine's BM25, its IDF computed here) with
+    ``stemmer``'s Snowball stemmer, English stop words and ``stop_words``' ones."""
+    words = {qe.Language.English, getattr(qe.Language, stop_words)}
+    model = qe.Bm25(
+        qe.Bm25Config(
+            language=stemmer.lower(),
+            tokenizer=qe.TokenizerType.Word,
+            stopwords=qe.StopwordsSet(languages=words),
+        )
+    )
+    docs = {doc_id: model.embed_document(text) for doc_id, text in texts.items()}
+    df = Counter(i for vector in docs.values() for i in set(vector.indices))
+    idf = {i: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for i, n in df.items()}
+    reciprocal = []
+    for qid, query in zip(queries["query_id"], queries["query"], strict=True):
+        terms = set(model.embed_query(query).indices)
+        scores = {
+            d: sum(w * idf[i] for i, w in zip(v.indices, v.values, strict=True) if i in terms)
+            for d, v in docs.items()
+        }
+        ranked = sorted(scores, key=lambda d: (-scores[d], d))[:10]
+        reciprocal.append(next((1 / r for r, d in enumerate(ranked, 1) if d in qrels[qid]), 0.0))
+    return sum(reciprocal) / len(reciprocal)
+
+
+def run(git_dir: Path, cache: Path) -> dict[str, Any]:
+    queries, qrels = questions()
+    out: dict[str, Any] = {"lookup": {label: {} for label in VARIANTS}, "bm25_pages": {}}
+    for lang in LANGUAGES:
+        texts = pages(git_dir, lang)
+        asked = queries[queries["lang"] == lang].reset_index(drop=True)
+        tool, base, _ = prepared_tool(
+            knowledge_base(cache, lang, texts), cache, f"same-language-fastapi-{lang}"
+        )
+        try:
+            for label, overrides in VARIANTS.items():
+                out["lookup"][label].update(measure(tool, base, overrides, asked, qrels))
+                if lang != "en":
+                    lines = off_topic(tool, base, overrides, (lang,))
+                    out.setdefault("off_topic", {}).setdefault(label, {}).update(lines)
+        finally:
+            tool.close()
+        out["bm25_pages"][lang] = {
+            "pages": len(texts),
+            "english stemmer": bm25_pages(texts, asked, qrels, "English", "English"),
+            "own stemmer": bm25_pages(texts, asked, qrels, SNOWBALL[lang], "English"),
+            "own stemmer and stop words": bm25_pages(texts, asked, qrels, SNOWBALL[lang], SNOWBALL[lang]),
+        }
+    for label, rows in out["lookup"].items():
+        print_table(f"same language, multilingual search {label}", rows)
+    console.print(out["bm25_pages"])
+    return out
+
+
+def lookup_table(results: dict[str, Any]) -> str:
+    block = results["lookup"]
+    header = "| language | pages | questions | " + " | ".join(
+        f"{label}: MRR@10 / recall@5 / found (ranking MRR@10)" for label in block
+    )
+    lines = [header + " |", "|---|---:|---:|" + "---:|" * len(block)]
+    for lang in LANGUAGES:
+        cells = [
+            f"{r['mrr@10']:.3f} / {r['recall@5']:.3f} / {r['found']:.0%} ({r['ranking_mrr@10']:.3f})"
+            for r in (block[label][lang] for label in block)
+        ]
+        pages_held = results["bm25_pages"][lang]["pages"]
+        lines.append(
+            f"| {lang} | {pages_held} | {block['auto'][lang]['queries']} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join([machine_line(results["measured"], "same_language.py"), "", *lines])
+
+
+def off_topic_table(results: dict[str, Any]) -> str:
+    """Found share of each language's off-topic and chit-chat lines on the store in its language."""
+    block = results["off_topic"]
+    labels = list(block)
+    lines = ["| questions | " + " | ".join(f"found, {label}" for label in labels) + " |"]
+    lines.append("|---|" + "---:|" * len(labels))
+    for row, first in block[labels[0]].items():
+        cells = [f"{block[label][row]['found']:.0%}" for label in labels]
+        lines.append(f"| {row} ({first['queries']}) | " + " | ".join(cells) + " |")
+    return "\n".join([machine_line(results["measured"], "same_language.py"), "", *lines])
+
+
+def stemmer_table(results: dict[str, Any]) -> str:
+    lines = [
+        "| language | English stemmer (the product's) | the language's stemmer | its stemmer, stop words |",
+        "|---|---:|---:|---:|",
+    ]
+    for lang in LANGUAGES[1:]:
+        r = results["bm25_pages"][lang]
+        base = r["english stemmer"]
+        own, both = r["own stemmer"], r["own stemmer and stop words"]
+        lines.append(
+            f"| {lang} | {base:.3f} | {own:.3f} ({own - base:+.3f}) | {both:.3f} ({both - base:+.3f}) |"
+        )
+    return "\n".join([machine_line(results["measured"], "same_language.py"), "", *lines])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--fastapi-git", type=Path, default=FASTAPI_GIT)
+    parser.add_argument("--cache", type=Path, default=Path("benchmarks/.cache"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/same_language.json"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/multilingual.md"))
+    args = parser.parse_args()
+    if not args.fastapi_git.is_dir():
+        print(f"skipped: {args.fastapi_git} not found (a git directory of github.com/fastapi/fastapi)")
+        return 0
+    load = os.getloadavg()[0]
+    args.cache.mkdir(parents=True, exist_ok=True)
+    results = run(args.fastapi_git, args.cache)
+    results["measured"] = measured(load)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    replace_table(args.doc, "same-language", lookup_table(results))
+    replace_table(args.doc, "same-language-off-topic", off_topic_table(results))
+    replace_table(args.doc, "same-language-stemmers", stemmer_table(results))
+    console.print(f"wrote {args.out} and {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
