@@ -95,6 +95,12 @@ class AbstentionPolicy:
     # 0.50 let two in)
     cjk_multilingual_floor: float = 0.2
     cjk_sentence_bar: float = 0.55
+    # the same floor for a question in any other language but English read on pages in its own
+    # language (docs/multilingual.md): the dense model reads such a question's language more than
+    # its meaning, and its function words ("que", "de", "un") are words the pages hold. The CJK
+    # floor's value, not refitted: on FastAPI's translated pages answerable questions' best
+    # multilingual cosines lie at 0.27 and above, the chit-chat lines those readings passed at 0.10-0.26
+    own_language_floor: float = 0.2
 
     def bar(self, probe_null: ProbeNull) -> float:
         """The margin a lookup needs on this store: ``strictness``, raised (``own_questions``) to
@@ -147,6 +153,26 @@ class AbstentionPolicy:
         if reason == "uninformative_terms" and sentence_cosine is not None:
             return "sentence_match" if sentence_cosine >= self.cjk_sentence_bar else reason
         return reason
+
+    def own_language_meaning(
+        self, reason: VerdictReason, own_language_top: float | None, probe_cosine: float | None
+    ) -> VerdictReason:
+        """A question in another language than English that the dense and word readings pass
+        (``plausible``, ``informative_terms``) on pages in its own language: kept where those
+        pages' best multilingual cosine reaches :attr:`own_language_floor` and the question reads
+        less like a probe question than like them (:meth:`like_a_probe`), else
+        ``below_multilingual_floor``; any other ``reason`` as it is."""
+        if reason not in ("plausible", "informative_terms") or own_language_top is None:
+            return reason
+        if own_language_top < self.own_language_floor or self.like_a_probe(probe_cosine, own_language_top):
+            return "below_multilingual_floor"
+        return reason
+
+    def like_a_probe(self, probe_cosine: float | None, evidence_cosine: float) -> bool:
+        """Whether a question lies as near one probe question as :attr:`multilingual_probe_bar`
+        and no further from it than from its evidence (``evidence_cosine``)."""
+        probe = probe_cosine or 0.0
+        return probe >= self.multilingual_probe_bar and probe >= evidence_cosine
 
     def unheld_subject(self, margin: float, unheld: float | None, bar: float) -> bool:
         """Whether words no chunk holds carry what the question turns on ("maternity" of "What is
@@ -483,6 +509,19 @@ def cjk_multilingual_top(evidence_hits: list[SearchHit], query_script: Script) -
     return multilingual_top([hit for hit in evidence_hits if _in_cjk(hit)]) if query_script == "cjk" else None
 
 
+def own_language_top(
+    evidence_hits: list[SearchHit], query_language: str, query_script: Script
+) -> float | None:
+    """For a question neither English nor CJK, :func:`multilingual_top` of its hits written in its
+    language (``None``: none, the store holds no languages, or the leg did not run); ``None`` for
+    any other question (a CJK one's: :func:`cjk_multilingual_top`)."""
+    if query_language == "en" or query_script == "cjk":
+        return None
+    return multilingual_top(
+        [hit for hit in evidence_hits if hit.payload.get(LANGUAGE_FIELD) == query_language]
+    )
+
+
 def line_top(line_scores: dict[str, float] | None) -> float | None:
     """The best kept block's best line cosine for a question asked across languages (the
     rerank's ``line_scores``; ``None``: not read)."""
@@ -524,8 +563,7 @@ def multilingual_reason(
     refused = verdict_reason not in (*EVIDENCE_REASONS, "no_candidates")
     chunk, line, policy = foreign_multilingual_top or 0.0, line_top or 0.0, abstention_policy
     meant = chunk >= policy.multilingual_bar or line >= policy.multilingual_line_bar
-    probe = probe_cosine or 0.0
-    like_a_probe = probe >= policy.multilingual_probe_bar and probe >= max(chunk, line)
+    like_a_probe = policy.like_a_probe(probe_cosine, max(chunk, line))
     return "multilingual_match" if refused and meant and not like_a_probe else verdict_reason
 
 
@@ -567,6 +605,18 @@ def cjk_meaning_reason(
     return abstention_policy.cjk_meaning(multilingual_reason, cjk_multilingual_top, sentence_cosine)
 
 
+def own_language_reason(
+    cjk_meaning_reason: VerdictReason,
+    own_language_top: float | None,
+    abstention_policy: AbstentionPolicy,
+    probe_cosine: float | None = None,
+) -> VerdictReason:
+    """For a question in another language than English read on pages in its own language, the
+    verdict once the multilingual encoder read its meaning there
+    (:meth:`AbstentionPolicy.own_language_meaning`); ``cjk_meaning_reason`` for any other."""
+    return abstention_policy.own_language_meaning(cjk_meaning_reason, own_language_top, probe_cosine)
+
+
 class MarginReadings(TypedDict):
     """What the verdict read of the margin: the best cosine against the store's null and bar."""
 
@@ -599,6 +649,7 @@ class MeaningReadings(TypedDict):
     sentence_cosine: float | None
     line_top: float | None
     probe_cosine: float | None
+    own_language_top: float | None
 
 
 def margin_readings(
@@ -648,38 +699,41 @@ def meaning_readings(
     sentence_cosine: float | None,
     line_top: float | None = None,
     probe_cosine: float | None = None,
+    own_language_top: float | None = None,
 ) -> MeaningReadings:
     """The multilingual cosines the verdict read: the best hit's, a CJK question's best hit
     written in CJK, its best sentence's, a question asked across languages' best kept line's,
-    and the nearest probe question's (``None``: not read)."""
+    the nearest probe question's, and another language's question's best hit in its language
+    (``None``: not read)."""
     return MeaningReadings(
         multilingual_top=multilingual_top,
         cjk_multilingual_top=cjk_multilingual_top,
         sentence_cosine=sentence_cosine,
         line_top=line_top,
         probe_cosine=probe_cosine,
+        own_language_top=own_language_top,
     )
 
 
 def evidence_verdict(
-    cjk_meaning_reason: VerdictReason,
+    own_language_reason: VerdictReason,
     abstention_policy: AbstentionPolicy,
     margin_readings: MarginReadings,
     term_readings: TermReadings,
     meaning_readings: MeaningReadings,
     top_block_hit: SearchHit | None,
 ) -> EvidenceVerdict:
-    """Whether the usable hits plausibly answer the question (``cjk_meaning_reason``: the
-    verdict's reason, read again for a question in another language and for a CJK one's meaning;
-    every reason passes with ``abstention.enabled`` off), with what that was read from."""
+    """Whether the usable hits plausibly answer the question (``own_language_reason``: the
+    verdict's reason, read again for a question in another language and for its meaning; every
+    reason passes with ``abstention.enabled`` off), with what that was read from."""
     if top_block_hit is None:  # no hits: nothing read but the query's terms and the bar
         bar = {key: margin_readings[key] for key in ("strictness", "own_questions_p5")}
         return EvidenceVerdict(
             plausible=False, reason="no_candidates", query_terms=term_readings["query_terms"], **bar
         )
     return EvidenceVerdict(
-        plausible=not abstention_policy.enabled or cjk_meaning_reason in EVIDENCE_REASONS,
-        reason=cjk_meaning_reason,
+        plausible=not abstention_policy.enabled or own_language_reason in EVIDENCE_REASONS,
+        reason=own_language_reason,
         top_dense_rank=top_block_hit.dense_rank,
         top_sparse_rank=top_block_hit.sparse_rank,
         **margin_readings,

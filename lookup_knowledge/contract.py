@@ -298,7 +298,10 @@ class EvidenceVerdict(ContractModel):
         "(uninformative_terms) and one sentence of them is as close in meaning as the CJK sentence bar "
         "(sentence_cosine); below_multilingual_floor: a CJK question whose words a best hit holds while "
         "its hits written in CJK are far from it in meaning (cjk_multilingual_top under the CJK floor: "
-        "chit-chat whose words a page holds; docs/cjk.md)"
+        "chit-chat whose words a page holds; docs/cjk.md), or a question in another language than "
+        "English passed by the dense and word readings on pages in its own language while those are "
+        "far from it in meaning (own_language_top under the floor) or it reads like a probe question "
+        "(docs/multilingual.md)"
     )
     margin: float | None = Field(
         None,
@@ -333,6 +336,13 @@ class EvidenceVerdict(ContractModel):
         description="a question whose multilingual leg ran: its best multilingual cosine with one of "
         "the probe questions (what no store answers: greetings, recipes, weather); at the probe bar and "
         "no lower than multilingual_top and line_top, multilingual_match is refused (None: not read)",
+    )
+    own_language_top: float | None = Field(
+        None,
+        description="a question neither English nor CJK whose multilingual leg ran: the best "
+        "multilingual cosine of its hits written in its own language; under the floor, or nearer a "
+        "probe question (probe_cosine at the probe bar), it refuses what the dense and word readings "
+        "passed: below_multilingual_floor (None: no such hit, or not read)",
     )
     dense_percentile: float | None = Field(
         None, description="share of the store's probe questions (it cannot answer) scoring below dense_top"

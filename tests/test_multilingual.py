@@ -16,9 +16,10 @@ from dataflow_fixtures import make_hit, searched
 from lookup_knowledge import KnowledgeTool, ingest
 from lookup_knowledge.adapters.embedder import EmbedderError
 from lookup_knowledge.adapters.multilingual import MAX_LINES, MultilingualEmbedder, language_of, prose_lines
+from lookup_knowledge.adapters.payload import LANGUAGE_FIELD
 from lookup_knowledge.adapters.qdrant_client_store import QdrantClientStore
 from lookup_knowledge.adapters.qdrant_edge_store import QdrantEdgeStore
-from lookup_knowledge.adapters.search import SearchRequest, StoredChunk
+from lookup_knowledge.adapters.search import SearchHit, SearchRequest, StoredChunk
 from lookup_knowledge.adapters.sparse import bm25_encoder
 from lookup_knowledge.calibration import ProbeCalibration
 from lookup_knowledge.config import RerankConfig
@@ -27,6 +28,7 @@ from lookup_knowledge.dataflows.abstention import (
     AbstentionPolicy,
     line_top,
     multilingual_reason,
+    own_language_top,
     probe_cosine,
 )
 from lookup_knowledge.dataflows.postprocessing import candidates_df, deduped_df, line_scores, screened_df
@@ -510,3 +512,75 @@ def test_a_failing_encoder_reads_no_probe_cosine() -> None:
     assert read is not None and read >= AbstentionPolicy().multilingual_probe_bar
     assert probe_cosine(ProbeCalibration(), vector, _RecordingEncoder(fail=True)) is None
     assert probe_cosine(ProbeCalibration(), None, MultilingualEmbedder()) is None  # the leg did not run
+
+
+# --- a question on pages in its own language ---------------------------------------------------
+
+TIENDA = {
+    "devoluciones": ("Devoluciones", "Puedes devolver cualquier producto en un plazo de treinta días desde "
+                     "la compra. Guarda el ticket y lleva el producto a la tienda o envíalo por correo."),
+    "envios": ("Envíos", "Los pedidos se envían en un plazo de dos días laborables. El envío es gratuito "
+               "para los pedidos de más de cincuenta euros dentro de la península."),
+    "pagos": ("Formas de pago", "Aceptamos tarjeta de crédito, transferencia bancaria y pago contra "
+              "reembolso. Las facturas se envían por correo electrónico cuando se paga el pedido."),
+    "contacto": ("Contacto", "¡Muchas gracias por escribirnos! Respondemos a todos los mensajes en un "
+                 "plazo de un día laborable, de lunes a viernes."),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def spanish_store(tmp_path_factory: pytest.TempPathFactory, embedder) -> Path:
+    """Four pages of a shop's help centre, in Spanish, with multilingual vectors."""
+    root = tmp_path_factory.mktemp("tienda")
+    docs = {f"{d}.md": ({"id": d, "title": t}, f"# {t}\n\n{b}\n") for d, (t, b) in TIENDA.items()}
+    ingest(write_corpus(root / "kb", docs), make_config(root / "store"), embedder=embedder)
+    return root / "store"
+
+
+def test_a_question_on_pages_in_its_own_language_is_read_for_its_meaning(
+    spanish_store: Path, embedder
+) -> None:
+    policy = AbstentionPolicy()
+    with _tool(spanish_store, embedder) as tool:
+        question = tool.lookup("¿Cuántos días tengo para devolver un producto?")
+        thanks = tool.lookup("¡Muchas gracias por todo!")
+    asked = question.retrieval_trace.evidence_verdict
+    assert question.found and question.evidence_blocks[0].doc_id == "devoluciones"
+    assert question.evidence_blocks[0].language == "es"
+    assert asked.own_language_top >= policy.own_language_floor
+    verdict = thanks.retrieval_trace.evidence_verdict  # the contact page holds its words
+    assert not thanks.found and verdict.reason == "below_multilingual_floor"
+    assert verdict.probe_cosine >= max(policy.multilingual_probe_bar, verdict.own_language_top)
+
+
+def test_an_english_question_or_one_across_languages_reads_no_own_language_cosine(
+    store: Path, embedder
+) -> None:
+    with _tool(store, embedder) as tool:
+        english, german = tool.lookup(ENGLISH), tool.lookup(QUESTIONS["de"][0])
+    assert english.retrieval_trace.evidence_verdict.own_language_top is None
+    assert german.found and german.retrieval_trace.evidence_verdict.own_language_top is None  # English pages
+
+
+def _hit(language: str | None, multilingual: float) -> SearchHit:
+    payload = {LANGUAGE_FIELD: language} if language else {}
+    return SearchHit("p", "text", 0.5, 0.2, payload, multilingual_score=multilingual)
+
+
+def test_the_own_language_cosine_reads_the_hits_in_the_questions_language() -> None:
+    hits = [_hit("es", 0.31), _hit("en", 0.52), _hit(None, 0.6)]
+    assert own_language_top(hits, "es", "alphabetic") == pytest.approx(0.31)
+    assert own_language_top(hits, "de", "alphabetic") is None  # no hit in German
+    assert own_language_top(hits, "en", "alphabetic") is None
+    assert own_language_top(hits, "zh", "cjk") is None  # the CJK rules read a CJK question
+
+
+def test_the_own_language_rule_keeps_only_readings_the_meaning_agrees_with() -> None:
+    policy = AbstentionPolicy(own_language_floor=0.2, multilingual_probe_bar=0.45)
+    assert policy.own_language_meaning("plausible", 0.35, 0.3) == "plausible"
+    assert policy.own_language_meaning("informative_terms", 0.15, None) == "below_multilingual_floor"
+    assert policy.own_language_meaning("plausible", 0.3, 0.8) == "below_multilingual_floor"  # a probe nearer
+    assert policy.own_language_meaning("plausible", 0.5, 0.48) == "plausible"  # its evidence nearer
+    assert policy.own_language_meaning("plausible", None, 0.9) == "plausible"  # not read
+    assert policy.own_language_meaning("exact_code", 0.05, None) == "exact_code"
+    assert policy.own_language_meaning("below_probe_null", 0.05, None) == "below_probe_null"
