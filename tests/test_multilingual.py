@@ -214,8 +214,12 @@ OFFICE = {
 @pytest.fixture(scope="module")
 def office_store(tmp_path_factory: pytest.TempPathFactory, embedder) -> Path:
     """Three pages of a company handbook, in English, with multilingual vectors."""
-    root = tmp_path_factory.mktemp("office")
-    docs = {f"{d}.md": ({"id": d, "title": t}, f"# {t}\n\n{b}\n") for d, (t, b) in OFFICE.items()}
+    return _store_of(tmp_path_factory.mktemp("office"), OFFICE, embedder)
+
+
+def _store_of(root: Path, pages: dict[str, tuple[str, str]], embedder) -> Path:
+    """A store (multilingual vectors on) of ``pages`` (id -> title, body) written under ``root``."""
+    docs = {f"{d}.md": ({"id": d, "title": t}, f"# {t}\n\n{b}\n") for d, (t, b) in pages.items()}
     ingest(write_corpus(root / "kb", docs), make_config(root / "store"), embedder=embedder)
     return root / "store"
 
@@ -531,10 +535,7 @@ TIENDA = {
 @pytest.fixture(scope="module")
 def spanish_store(tmp_path_factory: pytest.TempPathFactory, embedder) -> Path:
     """Four pages of a shop's help centre, in Spanish, with multilingual vectors."""
-    root = tmp_path_factory.mktemp("tienda")
-    docs = {f"{d}.md": ({"id": d, "title": t}, f"# {t}\n\n{b}\n") for d, (t, b) in TIENDA.items()}
-    ingest(write_corpus(root / "kb", docs), make_config(root / "store"), embedder=embedder)
-    return root / "store"
+    return _store_of(tmp_path_factory.mktemp("tienda"), TIENDA, embedder)
 
 
 def test_a_question_on_pages_in_its_own_language_is_read_for_its_meaning(
