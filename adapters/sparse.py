@@ -34,11 +34,13 @@ import qdrant_edge as qe
 SPARSE_INDEX = (  # in each document's hash
     "bm25:word+cjk-bigrams+whole-identifiers+code-stopwords:english-stem:en+zh-stopwords"
 )
+THAI_WORDS = "thai:newmm-words"  # in the hash of a document whose Thai is cut into words
 MAX_MATCHED_TERMS = 8  # terms listed in a ``vector:sparse`` hit reason
 WORDS_KEPT = 65536  # words whose stop-word answer is kept (a large store's titles and code)
 _CJK_RUN = re.compile(
     "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]+"
 )
+_THAI_RUN = re.compile("[\u0e00-\u0e7f]+")  # Thai: no spaces between words, vowel marks inside them
 _TERM = re.compile(r"\w+")
 # A whole word with its inner separators, a leading ``--`` kept (flags): the unit identifiers are
 # matched in, so ``limit_x`` is not found inside ``memory_limit_x`` nor ``E44`` inside ``E4471``.
@@ -74,6 +76,56 @@ def cjk_spaced(text: str) -> str:
     return _CJK_RUN.sub(spaced, text)
 
 
+def thai_words(text: str) -> list[str] | None:
+    """The words of ``text``'s Thai runs, as pythainlp's dictionary segmenter (``newmm``) cuts
+    them, its stop words left out; ``None`` for Thai without the segmenter (the ``thai`` extra):
+    the engine's tokenizer then cuts it at its vowel marks, as before. Text without Thai loads
+    no segmenter."""
+    if not _THAI_RUN.search(text):
+        return []
+    segment = _thai_segmenter()
+    if segment is None:
+        return None
+    return [
+        w
+        for run in _THAI_RUN.findall(text)
+        for w in segment(run)
+        if w.strip() and w not in _thai_stop_words()
+    ]
+
+
+def thai_spaced(text: str) -> str:
+    """``text`` with each Thai run written as its words' whole tokens (:func:`thai_words`), so
+    the engine keeps each word whole; unchanged without the segmenter or Thai."""
+    if not _THAI_RUN.search(text) or _thai_segmenter() is None:
+        return text
+    return _THAI_RUN.sub(
+        lambda run: " " + " ".join(map(_whole_token, thai_words(run.group(0)) or ())) + " ", text
+    )
+
+
+@cache
+def _thai_segmenter():  # type: ignore[no-untyped-def]
+    try:
+        from pythainlp.tokenize import word_tokenize
+    except ImportError:
+        return None
+    return lambda run: word_tokenize(run, engine="newmm", keep_whitespace=False)
+
+
+@cache
+def _thai_stop_words() -> frozenset[str]:
+    from pythainlp.corpus import thai_stopwords
+
+    return frozenset(thai_stopwords())
+
+
+def segments_thai(text: str) -> bool:
+    """Whether ``text`` holds Thai that :func:`thai_spaced` cuts into words (a document's hash
+    records it, so installing the segmenter re-indexes the documents with Thai, and only them)."""
+    return _THAI_RUN.search(text) is not None and _thai_segmenter() is not None
+
+
 class Bm25Encoder:
     """Text -> BM25 :class:`SparseVector` (documents: term-frequency weights; queries: 1 per term)."""
 
@@ -95,10 +147,12 @@ class Bm25Encoder:
         return not self._model.embed_query(word).indices
 
     def _indexed(self, text: str) -> str:
-        """``text`` as the engine tokenizes it: CJK runs spaced, each occurrence of a multi-part
-        identifier and of a stop word in code (:meth:`code_words`) followed by its whole token."""
+        """``text`` as the engine tokenizes it: CJK runs spaced, Thai runs as their words' whole
+        tokens (:func:`thai_words`), each occurrence of a multi-part identifier and of a stop word
+        in code (:meth:`code_words`) followed by its whole token."""
         words = _parted(text) + self._code_stop_words(text)
-        return cjk_spaced(text) + ("\n" + " ".join(map(_whole_token, words)) if words else "")
+        indexed = thai_spaced(cjk_spaced(text))
+        return indexed + ("\n" + " ".join(map(_whole_token, words)) if words else "")
 
     def _code_stop_words(self, text: str) -> list[str]:
         """Each occurrence of a stop word in the code of ``text`` (fenced blocks, inline spans)."""
@@ -113,9 +167,14 @@ class Bm25Encoder:
         before single characters), for naming the terms a document matched; an identifier of
         several parts is one term (lowercased), by its whole token (a lookup computes them once:
         the ``query_terms`` node)."""
-        terms = dict.fromkeys(_TERM.findall(cjk_spaced(query).lower()))
+        thai = thai_words(query)
+        plain = _THAI_RUN.sub(" ", query) if thai is not None else query
+        terms = dict.fromkeys(_TERM.findall(cjk_spaced(plain).lower()))
         ids = {term: self._model.embed_query(term).indices for term in terms}
-        whole = {i.lower(): self._model.embed_query(_whole_token(i)).indices for i in _parted(query)}
+        whole = {
+            i.lower(): self._model.embed_query(_whole_token(i)).indices
+            for i in [*_parted(query), *(thai or ())]
+        }
         code = {word: self._model.embed_query(_whole_token(word)).indices for word in self.code_words(query)}
         found = {term: indices[0] for term, indices in {**ids, **whole, **code}.items() if len(indices) == 1}
         return dict(sorted(found.items(), key=lambda item: len(item[0]), reverse=True))

@@ -38,7 +38,13 @@ from lookup_knowledge.adapters.l0_index import L0Document, L0Index
 from lookup_knowledge.adapters.multilingual import chunk_languages, identifies_languages
 from lookup_knowledge.adapters.payload import LANGUAGE_FIELD, ChunkPayload, LocationPayload
 from lookup_knowledge.adapters.search import KnowledgeStore, StoredChunk, StoredDocument, evidence_key
-from lookup_knowledge.adapters.sparse import SPARSE_INDEX, bm25_encoder, sparse_text
+from lookup_knowledge.adapters.sparse import (
+    SPARSE_INDEX,
+    THAI_WORDS,
+    bm25_encoder,
+    segments_thai,
+    sparse_text,
+)
 from lookup_knowledge.chunking import CHUNKING, EMBEDDED_TEXT, Chunk, SourceSpan, chunk_document
 from lookup_knowledge.config import Config
 from lookup_knowledge.instruction_flag import block_markers
@@ -594,6 +600,8 @@ def document_hash(doc: SourceDocument, config: Config, model_name: str) -> str:
         doc.description, doc.doc_type, config.ingest.chunk_chars, CHUNKING, model_name, SPARSE_INDEX,
         doc.body_offset, doc.body_line,
     ]  # fmt: skip
+    if segments_thai(f"{doc.title}\n{doc.body}"):  # Thai cut into words (none: the hash it had)
+        fingerprint.append(THAI_WORDS)
     if doc.parts:  # pages, slides, sheets of a converted document (none: the hash markdown always had)
         fingerprint.append([[p.kind, p.number, p.name, p.start, p.end] for p in doc.parts])
     return hashlib.sha256(json.dumps(fingerprint, ensure_ascii=False).encode()).hexdigest()[:32]
