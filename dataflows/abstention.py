@@ -34,7 +34,7 @@ from lookup_knowledge.adapters.payload import LANGUAGE_FIELD, TITLE_FIELD
 from lookup_knowledge.adapters.search import KnowledgeSearchPort, SearchHit, SearchRequest
 from lookup_knowledge.adapters.sparse import code_of, distinctive, made_of_codes
 from lookup_knowledge.calibration import ProbeCalibration, ProbeNull, Script, script_of
-from lookup_knowledge.contract import EvidenceVerdict, VerdictReason
+from lookup_knowledge.contract import EvidenceBlock, EvidenceVerdict, VerdictReason
 from lookup_knowledge.frames import column_values
 
 from .retrieval import SearchAttempt
@@ -528,6 +528,14 @@ def line_top(line_scores: dict[str, float] | None) -> float | None:
     return max(line_scores.values(), default=None) if line_scores else None
 
 
+def top_line_lead(line_scores: dict[str, float] | None, evidence_blocks: list[EvidenceBlock]) -> float | None:
+    """How far the top block's best line (the rerank's ``line_scores``) lies above the best line
+    of every other returned block; ``None`` where lines were not read or no other block has one."""
+    scores = [line_scores.get(b.evidence_key) for b in evidence_blocks] if line_scores else []
+    others = [score for score in scores[1:] if score is not None]
+    return scores[0] - max(others) if scores and scores[0] is not None and others else None
+
+
 def probe_cosine(
     store_calibration: ProbeCalibration | None = None,
     multilingual_query_vector: np.ndarray | None = None,
@@ -650,6 +658,7 @@ class MeaningReadings(TypedDict):
     line_top: float | None
     probe_cosine: float | None
     own_language_top: float | None
+    top_line_lead: float | None
 
 
 def margin_readings(
@@ -700,11 +709,12 @@ def meaning_readings(
     line_top: float | None = None,
     probe_cosine: float | None = None,
     own_language_top: float | None = None,
+    top_line_lead: float | None = None,
 ) -> MeaningReadings:
     """The multilingual cosines the verdict read: the best hit's, a CJK question's best hit
     written in CJK, its best sentence's, a question asked across languages' best kept line's,
-    the nearest probe question's, and another language's question's best hit in its language
-    (``None``: not read)."""
+    the nearest probe question's, another language's question's best hit in its language, and
+    the top block's lead in best line over the other returned blocks (``None``: not read)."""
     return MeaningReadings(
         multilingual_top=multilingual_top,
         cjk_multilingual_top=cjk_multilingual_top,
@@ -712,6 +722,7 @@ def meaning_readings(
         line_top=line_top,
         probe_cosine=probe_cosine,
         own_language_top=own_language_top,
+        top_line_lead=top_line_lead,
     )
 
 
@@ -734,9 +745,18 @@ def evidence_verdict(
     return EvidenceVerdict(
         plausible=not abstention_policy.enabled or own_language_reason in EVIDENCE_REASONS,
         reason=own_language_reason,
-        top_dense_rank=top_block_hit.dense_rank,
-        top_sparse_rank=top_block_hit.sparse_rank,
+        **_places(top_block_hit),
         **margin_readings,
         **term_readings,
         **meaning_readings,
     )
+
+
+def _places(top_block_hit: SearchHit) -> dict[str, int | None]:
+    """The top block's places in the dense, BM25 and multilingual searches (trace fields)."""
+    hit = top_block_hit
+    return {
+        "top_dense_rank": hit.dense_rank,
+        "top_sparse_rank": hit.sparse_rank,
+        "top_multilingual_rank": hit.multilingual_rank,
+    }

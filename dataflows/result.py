@@ -32,6 +32,10 @@ from .retrieval import HybridFusion, SearchAttempt
 MEDIUM_AGREEMENT = 3  # medium: both searches rank the top block within this place (docs/trust.md)
 HIGH_COVERAGE = 0.5  # high: the top block also holds half of the query's informative terms, as written
 HIGH_MARGIN, MEDIUM_MARGIN = 4.0, 3.0  # dense mode (no BM25 leg): levels by the verdict's margin
+# a question asked across languages (docs/multilingual.md): the lead in best line cosine over the
+# other returned blocks that lifts a top block the multilingual search and the lines both put first
+# to high (else to medium); the middle of the lead's plateau on tldr and FastAPI (0.03-0.08)
+LINE_LEAD = 0.05
 SIMILAR_SHARE = 0.8  # a cut chunk with this share of the best block's rank score is of similar strength
 MAX_NAMED_DOCUMENTS = 3  # documents a partial hint names
 
@@ -139,14 +143,19 @@ def relevance_level(
     its words in another sense: "leavers" for "leave"), ``medium`` when both rank it in their
     top :data:`MEDIUM_AGREEMENT`, else ``low`` (dense mode: by the margin); ``none`` without
     evidence. A lookup that is evidence only by the words its hits hold, its margin under the
-    store's bar (``informative_terms``), is ``medium`` at best. Measured meanings in
-    ``docs/trust.md``."""
+    store's bar (``informative_terms``), is ``medium`` at best; one asked across languages is
+    also read by its lines (:func:`_across_languages`). Measured meanings in ``docs/trust.md``."""
     if evidence_status != "evidence":
         return "none"
     verdict = evidence_verdict
     if retrieval_mode == "dense":  # one search: no agreement to read
         margin = verdict.margin if verdict.margin is not None else HIGH_MARGIN
         return "high" if margin >= HIGH_MARGIN else "medium" if margin >= MEDIUM_MARGIN else "low"
+    return _across_languages(_by_places(verdict), verdict)
+
+
+def _by_places(verdict: EvidenceVerdict) -> RelevanceLevel:
+    """The level by the dense and BM25 places of the top block (:func:`relevance_level`)."""
     places = (verdict.top_dense_rank, verdict.top_sparse_rank)
     if None in places:
         return "low"
@@ -154,6 +163,20 @@ def relevance_level(
     if worst == 1 and _holds_the_question(verdict) and verdict.reason != "informative_terms":
         return "high"
     return "medium" if worst <= MEDIUM_AGREEMENT else "low"
+
+
+def _across_languages(level: RelevanceLevel, verdict: EvidenceVerdict) -> RelevanceLevel:
+    """For a question asked across languages (its lines read: ``top_line_lead``), where the
+    dense and BM25 places read little: ``high`` when the multilingual search and the lines both
+    put the top block first, its best line :data:`LINE_LEAD` above the others'; ``medium`` when
+    they both put it first or its line leads by that much; never lower than by the places."""
+    lead = verdict.top_line_lead
+    if lead is None:
+        return level
+    first = verdict.top_multilingual_rank == 1 and lead >= 0
+    if level == "high" or (first and lead >= LINE_LEAD):
+        return "high"
+    return "medium" if level == "medium" or first or lead >= LINE_LEAD else "low"
 
 
 def _holds_the_question(verdict: EvidenceVerdict) -> bool:

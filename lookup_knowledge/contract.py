@@ -384,6 +384,15 @@ class EvidenceVerdict(ContractModel):
         "hit; None: not in it)",
     )
     top_sparse_rank: int | None = Field(None, description="its place in the BM25 search (None: not in it)")
+    top_multilingual_rank: int | None = Field(
+        None, description="its place in the multilingual search (None: not in it, or the leg did not run)"
+    )
+    top_line_lead: float | None = Field(
+        None,
+        description="a question asked across languages: how far the top block's best line cosine lies "
+        "above the best of every other returned block (negative: another's is better; None: lines not "
+        "read); relevance_level reads it",
+    )
     strictness: float = Field(
         1.5,
         description="the margin needed on this store: abstention.strictness, raised to own_questions_p5 "

@@ -462,6 +462,41 @@ def test_levels_fall_as_the_searches_disagree_on_the_top_hit() -> None:
     assert by_margin == ["low", "medium", "high"]
 
 
+def test_a_question_asked_across_languages_is_also_levelled_by_its_lines() -> None:
+    def level(places: tuple[int | None, int | None], multilingual: int | None, lead: float | None) -> str:
+        verdict = _verdict(*places).model_copy(
+            update={"top_multilingual_rank": multilingual, "top_line_lead": lead}
+        )
+        return relevance_level("evidence", verdict, "hybrid")
+
+    assert level((None, None), 1, None) == "low"  # lines not read: the places alone
+    assert level((None, None), 1, 0.08) == "high"  # first in the multilingual search and by its line
+    assert level((None, None), 1, 0.01) == "medium"  # first, by a thin lead
+    assert level((None, None), 4, 0.08) == "medium"  # a clear line lead alone
+    assert level((None, None), 4, 0.01) == "low"
+    assert level((None, None), 1, -0.02) == "low"  # another block's line is better
+    assert level((2, 3), 4, -0.02) == "medium"  # never lower than by the places
+    assert level((1, 1), 4, -0.02) == "high"
+
+
+def test_the_top_blocks_line_lead_is_over_the_other_returned_blocks() -> None:
+    blocks = [
+        BLOCK,
+        BLOCK.model_copy(update={"evidence_key": "b#chunk-0"}),
+        BLOCK.model_copy(update={"evidence_key": "c#chunk-0"}),
+    ]
+    lines = {
+        "a#chunk-0": 0.71,
+        "b#chunk-0": 0.64,
+        "c#chunk-0": 0.5,
+        "d#chunk-0": 0.9,
+    }  # d: kept, not returned
+    assert abstention.top_line_lead(lines, blocks) == pytest.approx(0.07)
+    assert abstention.top_line_lead({"a#chunk-0": 0.6}, blocks) is None  # no other block's line
+    assert abstention.top_line_lead(None, blocks) is None
+    assert abstention.top_line_lead(lines, []) is None
+
+
 def test_high_needs_a_top_hit_holding_half_the_querys_terms() -> None:
     """Both searches rank a neighbouring field's page first on the question's general words: the
     top hit holding under half of the query's terms is medium at best."""
@@ -563,6 +598,7 @@ def _code_verdict(sample_kb: SampleKB, returned: list[str]) -> EvidenceVerdict:
         "retrieval_attempts": [SearchAttempt("unfiltered", None, 20, hits=hits, usable=hits)],
         "reranked_df": object_frame(rows, RERANK_COLUMNS),
         "line_scores": None,  # an English question: no block read by its lines
+        "evidence_blocks": [],
         "abstention_policy": AbstentionPolicy(strictness=20.0),
         "retrieval_mode": "hybrid",
         "search_port": sample_kb.store,

@@ -32,6 +32,7 @@ from lookup_knowledge.dataflows.abstention import (
     probe_cosine,
 )
 from lookup_knowledge.dataflows.postprocessing import candidates_df, deduped_df, line_scores, screened_df
+from lookup_knowledge.dataflows.result import LINE_LEAD
 from lookup_knowledge.dataflows.retrieval import HybridFusion, SearchAttempt
 from lookup_knowledge.extras import EXTRAS, MissingExtraError
 from lookup_knowledge.stores import build_multilingual_embedder
@@ -552,6 +553,20 @@ def test_a_question_on_pages_in_its_own_language_is_read_for_its_meaning(
     verdict = thanks.retrieval_trace.evidence_verdict  # the contact page holds its words
     assert not thanks.found and verdict.reason == "below_multilingual_floor"
     assert verdict.probe_cosine >= max(policy.multilingual_probe_bar, verdict.own_language_top)
+
+
+def test_a_question_across_languages_shows_what_its_level_read(store: Path, embedder) -> None:
+    with _tool(store, embedder) as tool:
+        german, english = tool.lookup(QUESTIONS["de"][0]), tool.lookup(ENGLISH)
+    verdict = german.retrieval_trace.evidence_verdict
+    assert german.evidence_blocks[0].doc_id == "chmod"
+    assert verdict.top_multilingual_rank == 1 and verdict.top_line_lead is not None
+    lines = {e.evidence_key: e.line_score for e in german.rerank_trace.entries}
+    keys = [b.evidence_key for b in german.evidence_blocks]
+    assert verdict.top_line_lead == pytest.approx(lines[keys[0]] - max(lines[k] for k in keys[1:]))
+    assert verdict.top_line_lead >= LINE_LEAD and german.relevance_level == "high"  # places alone: low
+    assert verdict.top_sparse_rank is None
+    assert english.retrieval_trace.evidence_verdict.top_line_lead is None
 
 
 def test_an_english_question_or_one_across_languages_reads_no_own_language_cosine(
