@@ -512,11 +512,14 @@ def cjk_multilingual_top(evidence_hits: list[SearchHit], query_script: Script) -
 def own_language_top(
     evidence_hits: list[SearchHit], query_language: str, query_script: Script
 ) -> float | None:
-    """For a question neither English nor CJK, :func:`multilingual_top` of its hits written in its
-    language (``None``: none, the store holds no languages, or the leg did not run); ``None`` for
-    any other question (a CJK one's: :func:`cjk_multilingual_top`)."""
-    if query_language == "en" or query_script == "cjk":
+    """For a question neither English nor CJK whose best hit is written in its language,
+    :func:`multilingual_top` of its hits in that language (``None``: the best hit is in another
+    language or of none, or the leg did not run); ``None`` for any other question (a CJK one's:
+    :func:`cjk_multilingual_top`)."""
+    if query_language == "en" or query_script == "cjk" or not evidence_hits:
         return None
+    if evidence_hits[0].payload.get(LANGUAGE_FIELD) != query_language:
+        return None  # its evidence is in another language: read across languages
     return multilingual_top(
         [hit for hit in evidence_hits if hit.payload.get(LANGUAGE_FIELD) == query_language]
     )

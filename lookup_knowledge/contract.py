@@ -339,8 +339,9 @@ class EvidenceVerdict(ContractModel):
     )
     own_language_top: float | None = Field(
         None,
-        description="a question neither English nor CJK whose multilingual leg ran: the best "
-        "multilingual cosine of its hits written in its own language; under the floor, or nearer a "
+        description="a question neither English nor CJK whose multilingual leg ran and whose best hit "
+        "is written in its own language: the best multilingual cosine of its hits in that language; "
+        "under the floor, or nearer a "
         "probe question (probe_cosine at the probe bar), it refuses what the dense and word readings "
         "passed: below_multilingual_floor (None: no such hit, or not read)",
     )

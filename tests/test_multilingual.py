@@ -584,9 +584,11 @@ def _hit(language: str | None, multilingual: float) -> SearchHit:
 
 
 def test_the_own_language_cosine_reads_the_hits_in_the_questions_language() -> None:
-    hits = [_hit("es", 0.31), _hit("en", 0.52), _hit(None, 0.6)]
+    hits = [_hit("es", 0.31), _hit("en", 0.52), _hit(None, 0.6), _hit("es", 0.12)]
     assert own_language_top(hits, "es", "alphabetic") == pytest.approx(0.31)
     assert own_language_top(hits, "de", "alphabetic") is None  # no hit in German
+    assert own_language_top(hits[1:], "es", "alphabetic") is None  # its best hit is English
+    assert own_language_top([], "es", "alphabetic") is None
     assert own_language_top(hits, "en", "alphabetic") is None
     assert own_language_top(hits, "zh", "cjk") is None  # the CJK rules read a CJK question
 
