@@ -34,7 +34,8 @@ VERDICT_WORDS = {  # the evidence_verdict node's reasons (contract.EvidenceVerdi
     "no_shared_terms": "the best hits hold none of the question's words",
     "multilingual_match": "the question is in another language and the best hit is close to it in meaning",
     "sentence_match": "the best hits hold some of the question's words and one sentence is close in meaning",
-    "below_multilingual_floor": "the best hits hold the question's words but are far from it in meaning",
+    "below_multilingual_floor": "the best hits hold the question's words but are far from it in meaning, "
+    "or it reads like small talk",
 }
 DECISION_WORDS = {  # contract.DecisionRule
     "no_filter": "one unfiltered search: no category filter, nothing to decide",
