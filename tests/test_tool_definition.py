@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 
 from lookup_knowledge import tool_definition
+from lookup_knowledge.adapters.multilingual import LANGUAGES
 from lookup_knowledge.agent.tool_definition import (
     INPUT_SCHEMA,
     QUERY_DESCRIPTION,
@@ -131,3 +132,16 @@ def test_the_query_description_says_how_other_languages_are_read() -> None:
     assert "English" in QUERY_DESCRIPTION and "multilingual vectors" in QUERY_DESCRIPTION
     assert "`language`" in QUERY_DESCRIPTION
     assert "English text only" not in QUERY_DESCRIPTION
+
+
+def test_the_query_description_names_the_languages_read_by_meaning() -> None:
+    """Every language the encoder and the identifier read (``LANGUAGES``) is named; Ukrainian,
+    which they do not read (it is taken for Russian), is not: the agent is told to ask in English."""
+    names = {
+        "ar": "Arabic", "de": "German", "es": "Spanish", "fr": "French", "it": "Italian",
+        "ja": "Japanese", "ko": "Korean", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
+        "ru": "Russian", "th": "Thai", "tr": "Turkish", "zh": "Chinese",
+    }  # fmt: skip
+    assert set(LANGUAGES) - {"en"} == set(names)
+    assert all(name in QUERY_DESCRIPTION for name in names.values())
+    assert "Ukrainian" not in QUERY_DESCRIPTION and "ask in English" in QUERY_DESCRIPTION

@@ -39,9 +39,12 @@ once, reworded.
 
 QUERY_DESCRIPTION = (
     "The question or search terms in natural language, one topic per call, best in English or in "
-    "the documents' language. A question in another language is matched by its meaning where the "
-    "knowledge base holds multilingual vectors, else by its words only (weaker); a block may then "
-    "be in another language than the question (its `language`)."
+    "the documents' language. A question in Arabic, Chinese, Dutch, French, German, Italian, "
+    "Japanese, Korean, Polish, Portuguese, Russian, Spanish, Thai or Turkish is matched by its "
+    "meaning where the knowledge base holds multilingual vectors, else by its words only (weaker); "
+    "ask in English rather than in any other language, and in a full sentence rather than a few "
+    "words mixing two languages (read as English). A block may then be in another language than "
+    "the question (its `language`)."
 )
 
 VERIFY_TOOL_NAME = "verify_answer"
