@@ -583,15 +583,15 @@ def sentence_cosine(
     evidence_hits: list[SearchHit],
     query_script: Script,
     abstention_policy: AbstentionPolicy,
-    multilingual_query_vector: np.ndarray | None = None,
+    written_query_vector: np.ndarray | None = None,
     multilingual_embedder: Embedder | None = None,
 ) -> float | None:
-    """The best multilingual cosine between a CJK question and one sentence
+    """The best multilingual cosine between a CJK question (as written) and one sentence
     (:func:`passage_sentences`) of its best hits written in CJK, read only where it can change
     the verdict: the words held in part (``uninformative_terms``) and the multilingual leg ran;
     else ``None``. A chunk's vector averages its topics (an unanswerable question near a page's
     topic scores as high as one the page answers); its answering sentence stands alone."""
-    vector = multilingual_query_vector
+    vector = written_query_vector
     if multilingual_reason != "uninformative_terms" or query_script != "cjk" or vector is None:
         return None
     best = [hit for hit in evidence_hits[: abstention_policy.coverage_hits] if _in_cjk(hit)]

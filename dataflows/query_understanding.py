@@ -10,6 +10,7 @@ from hamilton.function_modifiers import config
 from lookup_knowledge.adapters.cjk_words import cjk_words
 from lookup_knowledge.adapters.embedder import Embedder
 from lookup_knowledge.adapters.l0_index import L0Index
+from lookup_knowledge.adapters.multilingual import mainland_chinese
 from lookup_knowledge.adapters.sparse import SparseVector, bm25_encoder, word_tokens
 from lookup_knowledge.calibration import Script, script_of
 from lookup_knowledge.contract import L0Hints
@@ -41,13 +42,27 @@ def multilingual_query_vector__auto(
     query: str, query_language: str, multilingual_embedder: Embedder
 ) -> np.ndarray | None:
     """The query by the multilingual encoder when it is not in English (``None``: an English
-    query searches as without the encoder)."""
-    return None if query_language == "en" else multilingual_embedder.embed_query(query)
+    query searches as without the encoder); Traditional Chinese read as Simplified
+    (:func:`mainland_chinese`)."""
+    return None if query_language == "en" else multilingual_embedder.embed_query(mainland_chinese(query))
 
 
 @config.when(l1_enabled=True, retrieval_mode="hybrid", multilingual_search="always")
 def multilingual_query_vector__always(query: str, multilingual_embedder: Embedder) -> np.ndarray | None:
-    """The query by the multilingual encoder, whatever its language."""
+    """The query by the multilingual encoder, whatever its language (Traditional Chinese read as
+    Simplified: :func:`mainland_chinese`)."""
+    return multilingual_embedder.embed_query(mainland_chinese(query))
+
+
+@config.when_in(l1_enabled=[True], retrieval_mode=["hybrid"], multilingual_search=["auto", "always"])
+def written_query_vector(
+    query: str, multilingual_query_vector: np.ndarray | None, multilingual_embedder: Embedder
+) -> np.ndarray | None:
+    """The query by the multilingual encoder as written, for reading it against pages in its own
+    script: ``multilingual_query_vector`` itself, unless that read a Traditional Chinese query
+    as Simplified (better across scripts; on Traditional pages the sentences match as written)."""
+    if multilingual_query_vector is None or mainland_chinese(query) == query:
+        return multilingual_query_vector
     return multilingual_embedder.embed_query(query)
 
 

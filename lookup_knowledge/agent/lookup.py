@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lookup_knowledge.adapters.l0_index import L0Document
-from lookup_knowledge.adapters.multilingual import language_of
+from lookup_knowledge.adapters.multilingual import language_of, mainland_chinese
 from lookup_knowledge.adapters.recorder import (
     CircuitBreaker,
     Invocation,
@@ -112,6 +112,7 @@ class AgentLookup:
         loads = [lambda: self.tool.embedder.embed_query("warm-up"), lambda: language_of("warm-up")]
         if multilingual and self.tool.multilingual_embedder is not None:  # its 30 MB table
             loads.append(lambda: self.tool.multilingual_embedder.embed_query("warm-up"))
+            loads.append(lambda: mainland_chinese("預熱"))  # the converter's character table
         with ThreadPoolExecutor(len(loads), thread_name_prefix="warm-up") as pool:
             failed = [exc for exc in pool.map(_raised, loads) if exc is not None]
         if failed:
