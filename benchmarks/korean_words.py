@@ -14,18 +14,16 @@ summary and one example's description, as the translators wrote them).
     python benchmarks/korean_words.py [--fastapi-git DIR] [--tldr-git DIR]
         [--out benchmarks/results/korean_words.json]
 
-Per set: MRR@10 of BM25 alone (the product's encoder, IDF computed over the set's pages) with
-each reading. The table goes to docs/multilingual.md.
+Per set: MRR@10 of BM25 alone (the product's encoder, IDF computed over the set's pages:
+``same_language.bm25_mrr``) with each reading. The table goes to docs/multilingual.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
-from collections import Counter
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -34,7 +32,7 @@ from typing import Any
 import pandas as pd
 from doc_sections import machine_line, measured, replace_table
 from multilingual import FASTAPI_GIT, TLDR, _git, console
-from same_language import pages, questions
+from same_language import bm25_mrr, pages, questions
 from thai import TLDR_GIT
 
 import lookup_knowledge.adapters.sparse as sparse
@@ -63,24 +61,6 @@ def words_spaced(text: str) -> str:
         lambda run: " " + " ".join(map(sparse._whole_token, korean_words(run.group(0)))) + " ", text
     )
     return _CHARACTERS_AND_PAIRS(spaced)
-
-
-def bm25_mrr(texts: dict[str, str], queries: pd.DataFrame, qrels: dict[str, set[str]]) -> float:
-    """MRR@10 of the product's BM25 encoder over whole pages, the IDF computed over ``texts``."""
-    encoder = sparse.Bm25Encoder()
-    docs = {doc_id: encoder.embed_document(text) for doc_id, text in texts.items()}
-    df = Counter(i for vector in docs.values() for i in set(vector.indices))
-    idf = {i: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for i, n in df.items()}
-    reciprocal = []
-    for qid, query in zip(queries["query_id"], queries["query"], strict=True):
-        terms = set(encoder.embed_query(query).indices)
-        scores = {
-            d: sum(w * idf[i] for i, w in zip(v.indices, v.values, strict=True) if i in terms)
-            for d, v in docs.items()
-        }
-        ranked = sorted(scores, key=lambda d: (-scores[d], d))[:10]
-        reciprocal.append(next((1 / r for r, d in enumerate(ranked, 1) if d in qrels[qid]), 0.0))
-    return sum(reciprocal) / len(reciprocal)
 
 
 def fastapi_korean(git_dir: Path) -> tuple[dict[str, str], pd.DataFrame, dict[str, set[str]]]:
@@ -116,7 +96,8 @@ def compare(texts: dict[str, str], asked: pd.DataFrame, judged: dict[str, set[st
     for label, reading in readings.items():
         sparse.cjk_spaced = reading
         try:
-            out[label] = bm25_mrr(texts, asked, judged)
+            encoder = sparse.Bm25Encoder()
+            out[label] = bm25_mrr(texts, asked, judged, encoder.embed_document, encoder.embed_query)
         finally:
             sparse.cjk_spaced = _CHARACTERS_AND_PAIRS
     return out

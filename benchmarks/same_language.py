@@ -21,6 +21,7 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +78,8 @@ def knowledge_base(cache: Path, lang: str, texts: dict[str, str]) -> Path:
 def bm25_pages(
     texts: dict[str, str], queries: pd.DataFrame, qrels: dict, stemmer: str, stop_words: str
 ) -> float:
-    """MRR@10 of BM25 alone over whole pages (the engine's BM25, its IDF computed here) with
-    ``stemmer``'s Snowball stemmer, English stop words and ``stop_words``' ones."""
+    """MRR@10 of BM25 alone over whole pages (the engine's BM25) with ``stemmer``'s Snowball
+    stemmer, English stop words and ``stop_words``' ones."""
     words = {qe.Language.English, getattr(qe.Language, stop_words)}
     model = qe.Bm25(
         qe.Bm25Config(
@@ -87,12 +88,20 @@ def bm25_pages(
             stopwords=qe.StopwordsSet(languages=words),
         )
     )
-    docs = {doc_id: model.embed_document(text) for doc_id, text in texts.items()}
+    return bm25_mrr(texts, queries, qrels, model.embed_document, model.embed_query)
+
+
+def bm25_mrr(
+    texts: dict[str, str], queries: pd.DataFrame, qrels: dict, embed_document: Callable, embed_query: Callable
+) -> float:
+    """MRR@10 of BM25 alone over whole pages, each page and question as the two embed functions
+    make its sparse vector (``indices``, ``values``), the IDF computed over ``texts``."""
+    docs = {doc_id: embed_document(text) for doc_id, text in texts.items()}
     df = Counter(i for vector in docs.values() for i in set(vector.indices))
     idf = {i: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for i, n in df.items()}
     reciprocal = []
     for qid, query in zip(queries["query_id"], queries["query"], strict=True):
-        terms = set(model.embed_query(query).indices)
+        terms = set(embed_query(query).indices)
         scores = {
             d: sum(w * idf[i] for i, w in zip(v.indices, v.values, strict=True) if i in terms)
             for d, v in docs.items()
