@@ -31,6 +31,10 @@ _CJK_PART = re.compile("([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U
 _WORD = re.compile(r"[^\W_]+")
 _WORDY = re.compile(r"[^\W_]")  # a letter, digit or CJK character: punctuation and spaces are no word
 _KANA_END = re.compile("[\u3040-\u309f]+$")  # a verb's hiragana ending (作る -> 作, 並べる -> 並べ)
+# a katakana word of 4 or more marks ending in the long-vowel mark, written with and without it
+# (サーバー and サーバ, ユーザー and ユーザ): Lucene's JapaneseKatakanaStemFilter, its minimum length
+_KATAKANA_LONG_END = re.compile("(?<=[\u30a1-\u30ff]{3})\u30fc$")
+_KATAKANA = re.compile("[\u30a1-\u30ff]+")
 # a paragraph, a Markdown line (a list item, quote, heading, table row, code), or a CJK sentence
 _SENTENCE_END = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+>#|`]|\d+\.))|(?<=[。！？])")
 _MARKUP = re.compile(r"^(?:[\s>*`|+-]|\d+\.)+|[\s`|：:]+$")  # a Markdown line's markers and closing colon
@@ -173,8 +177,18 @@ def _japanese_words(text: str) -> Iterator[str]:
         if kind == "名詞" and sub in _JA_NOUN_LEFT_OUT or kind != "名詞" and sub != "自立":
             continue
         # a verb or adjective is held in any of its forms: by its stem (取り出す: 取り出)
-        stem = _KANA_END.sub("", base) if kind != "名詞" else token.surface
+        stem = _KANA_END.sub("", base) if kind != "名詞" else katakana_stem(token.surface)
         yield (stem or base).lower()
+
+
+def katakana_stem(word: str) -> str:
+    """A katakana ``word`` of four or more marks without its closing long-vowel mark, so that
+    either spelling holds it (サーバー -> サーバ); any other word as it is.
+
+    >>> katakana_stem("サーバー"), katakana_stem("ルー"), katakana_stem("サーバ")
+    ('サーバ', 'ルー', 'サーバ')
+    """
+    return _KATAKANA_LONG_END.sub("", word) if _KATAKANA.fullmatch(word) else word
 
 
 _LOCK = threading.Lock()  # both segmenters build their dictionaries on first use

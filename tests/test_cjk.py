@@ -12,6 +12,7 @@ from conftest import write_markdown
 
 from lookup_knowledge import KnowledgeTool, load_config, sample_knowledge_base
 from lookup_knowledge.adapters.cjk_words import cjk_words, language_of
+from lookup_knowledge.adapters.sparse import held_as_written
 from lookup_knowledge.calibration import script_of
 from lookup_knowledge.dataflows.abstention import AbstentionPolicy, WordShare
 from lookup_knowledge.dataflows.query_understanding import query_terms, query_words
@@ -87,6 +88,14 @@ def test_a_japanese_question_is_read_by_its_content_words() -> None:
     assert cjk_words("返金はいつ口座に届きますか？") == ("返金", "口座", "届")
     assert cjk_words("ディスクの空き容量を確認したい") == ("ディスク", "空き", "容量", "確認")
     assert cjk_words("何ができますか？") == ()
+
+
+def test_a_katakana_word_is_held_with_or_without_its_closing_long_vowel_mark() -> None:
+    # サーバー and サーバ are one word (Lucene's katakana stem): the shorter spelling is held by both
+    assert cjk_words("サーバーにログインしたい") == ("サーバ", "ログイン")
+    assert cjk_words("ユーザー名を変更したい") == ("ユーザ", "変更")
+    assert held_as_written("httpサーバを起動する", "サーバ") and held_as_written("サーバーを起動", "サーバ")
+    assert cjk_words("データをコピーしたい") == ("データ", "コピー")  # three marks: kept whole
 
 
 def test_only_chinese_and_japanese_text_is_segmented() -> None:
