@@ -1,10 +1,11 @@
 """Text that can always be stored, printed and shown: lone surrogates escaped, file names
-printable, an exception as its first line (credentials masked)."""
+printable, an exception as its first line (credentials masked); a query's width forms folded."""
 
 from __future__ import annotations
 
 import os
 import re
+import unicodedata
 
 from .redaction import mask_secrets
 
@@ -12,12 +13,27 @@ MAX_ID_CHARS = 1024  # the longest document id (frontmatter ``id``, JSONL ``_id`
 # C0 and C1 control characters (DEL included) and the bidirectional controls that reorder what a
 # terminal or a page shows (U+061C, U+200E/F, U+202A-E, U+2066-9)
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# full-width Latin letters and digits (an input method's full-width mode: ｄｏｃｋｅｒ) and runs of
+# half-width katakana with their sound marks (ﾃﾞｨｽｸ)
+_WIDTH_FORMS = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a\uff66-\uff9f]+")
 
 
 def escape_surrogates(text: str) -> str:
     """``text`` with each lone surrogate (undecodable bytes read with ``surrogateescape``, or a
     JSON ``"\\ud800"``) written as its escape (``\\udcff``), so it encodes as UTF-8."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def fold_width(text: str) -> str:
+    """``text`` with full-width Latin letters and digits written as ASCII and half-width katakana
+    as katakana (NFKC on those forms alone, as Lucene's CJK width filter folds them), so a
+    question typed in either form reads as the pages write it; other characters, full-width
+    punctuation included, as they are.
+
+    >>> fold_width("ｄｏｃｋｅｒ のメモリを１ＧＢに"), fold_width("ﾃﾞｨｽｸの空き容量は？")
+    ('docker のメモリを1GBに', 'ディスクの空き容量は？')
+    """
+    return _WIDTH_FORMS.sub(lambda run: unicodedata.normalize("NFKC", run.group()), text)
 
 
 def printable_path(name: str) -> str:

@@ -159,6 +159,22 @@ def test_a_japanese_refund_question_finds_the_japanese_refund_page(cjk_tool: Kno
     assert result.evidence_blocks[0].doc_id == "refund-ja"
 
 
+@pytest.mark.parametrize(
+    "question",
+    [
+        "クレジットカードへの返金はいつ反映されますか？",
+        "ｸﾚｼﾞｯﾄｶｰﾄﾞへの返金はいつ反映されますか？",  # half-width katakana, as some input methods type it
+    ],
+)
+def test_a_question_in_half_width_katakana_reads_as_written_in_katakana(
+    cjk_tool: KnowledgeTool, question: str
+) -> None:
+    result = cjk_tool.lookup(question)
+    assert result.found, result.retrieval_trace.evidence_verdict
+    assert result.evidence_blocks[0].doc_id == "refund-ja"
+    assert "クレジットカード" in result.retrieval_trace.evidence_verdict.query_terms
+
+
 def test_the_readme_chinese_question_still_finds_the_fapiao_page(cjk_tool: KnowledgeTool) -> None:
     result = cjk_tool.lookup("如何申请增值税专用发票")
     assert result.found

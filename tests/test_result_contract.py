@@ -300,6 +300,17 @@ def test_query_exactly_at_the_length_limit_is_accepted(strict_tool):
     assert result.evidence_status == "evidence"
 
 
+def test_a_query_in_full_width_letters_is_read_and_echoed_in_ascii(strict_tool):
+    # an input method's full-width mode: the same lookup as the ASCII query, which it echoes
+    folded = strict_tool.lookup("ｒｅｆｕｎｄ ａｐｐｒｏｖａｌ ｐｏｌｉｃｙ")
+    plain = strict_tool.lookup("refund approval policy")
+    assert folded.query == "refund approval policy"
+    assert folded.found and [b.evidence_key for b in folded.evidence_blocks] == [
+        b.evidence_key for b in plain.evidence_blocks
+    ]
+    assert strict_tool.lookup("退款多久到账？").query == "退款多久到账？"  # full-width punctuation kept
+
+
 def test_failing_embedder_is_retrieval_failed_not_an_exception(sample_kb):
     port = FaultySearchPort(sample_kb.store)
     tool = KnowledgeTool(

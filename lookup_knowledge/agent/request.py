@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lookup_knowledge.adapters.search import NO_ACCESS, UNRESTRICTED, AccessScope
-from lookup_knowledge.adapters.text import escape_surrogates
+from lookup_knowledge.adapters.text import escape_surrogates, fold_width
 from lookup_knowledge.config import Config
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # Unicode category Cs: what invalid UTF-8 decodes to
@@ -42,7 +42,8 @@ class RequestSettings:
 
 @dataclass(frozen=True, slots=True)
 class LookupRequest:
-    """A lookup to run: its query (stripped), session key (:func:`session_key`), pinned category
+    """A lookup to run: its query (stripped, full-width letters and half-width katakana folded:
+    :func:`~lookup_knowledge.adapters.text.fold_width`), session key (:func:`session_key`), pinned category
     and the caller's access scope."""
 
     query: str
@@ -143,7 +144,7 @@ def _query(value: Any, max_chars: int) -> str:
         raise _Invalid("the query contains control characters")
     if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in query):
         raise _Invalid("the query has only invisible (format) characters")
-    return query.strip()
+    return fold_width(query.strip())
 
 
 def _optional_text(value: Any, name: str, kept_as: Callable[[str], str]) -> str | None:
