@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
@@ -309,6 +310,18 @@ def test_a_query_in_full_width_letters_is_read_and_echoed_in_ascii(strict_tool):
         b.evidence_key for b in plain.evidence_blocks
     ]
     assert strict_tool.lookup("退款多久到账？").query == "退款多久到账？"  # full-width punctuation kept
+
+
+def test_a_query_with_combining_accents_is_read_as_composed(strict_tool):
+    # "é" typed as "e" + U+0301 (a decomposed, NFD, input) reads as the composed letter pages hold
+    composed = "Qui approuve un remboursement supérieur à 500 EUR ?"
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert decomposed != composed
+    result = strict_tool.lookup(decomposed)
+    assert result.query == composed
+    assert [b.evidence_key for b in result.evidence_blocks] == [
+        b.evidence_key for b in strict_tool.lookup(composed).evidence_blocks
+    ]
 
 
 def test_failing_embedder_is_retrieval_failed_not_an_exception(sample_kb):

@@ -42,7 +42,8 @@ class RequestSettings:
 
 @dataclass(frozen=True, slots=True)
 class LookupRequest:
-    """A lookup to run: its query (stripped, full-width letters and half-width katakana folded:
+    """A lookup to run: its query (stripped, composed (NFC: an accent typed as a combining mark
+    joins its letter), full-width letters and half-width katakana folded:
     :func:`~lookup_knowledge.adapters.text.fold_width`), session key (:func:`session_key`), pinned category
     and the caller's access scope."""
 
@@ -144,7 +145,7 @@ def _query(value: Any, max_chars: int) -> str:
         raise _Invalid("the query contains control characters")
     if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in query):
         raise _Invalid("the query has only invisible (format) characters")
-    return fold_width(query.strip())
+    return fold_width(unicodedata.normalize("NFC", query.strip()))
 
 
 def _optional_text(value: Any, name: str, kept_as: Callable[[str], str]) -> str | None:
