@@ -1,6 +1,6 @@
 """How well ingest tells each chunk's language (docs/multilingual.md, "The language of a chunk").
 
-    python benchmarks/chunk_language.py [--fastapi-git DIR] [--tldr-pages 1000] [--cache DIR]
+    python benchmarks/chunk_language.py [--fastapi-git DIR] [--tldr-git DIR] [--tldr-pages 1000] [--cache DIR]
         [--out benchmarks/results/chunk_language.json] [--doc docs/multilingual.md]
 
 Every page of a set is chunked as ingest chunks it (the default ``ingest.chunk_chars``) and each
@@ -17,7 +17,10 @@ right when the language is its page's. Sets:
   Chinese (``--fastapi-git``: a snapshot of github.com/fastapi/fastapi, read with ``git show``;
   when there): prose with many Python code blocks, whose identifiers read as English;
 - short texts: the tldr-multilingual questions (one-line summaries and example descriptions in
-  nine languages), the two of each page and language taken as one document of two chunks.
+  nine languages), the two of each page and language taken as one document of two chunks;
+- tldr-pages in languages outside the encoder's (``--tldr-git``: a snapshot of
+  github.com/tldr-pages/tldr; when there), 100 seeded pages of each: their chunks are right when
+  named in their own language, not the nearest of the encoder's (Swedish, not German).
 
 Prints the table, writes it to ``--out`` and to docs/multilingual.md between its markers.
 """
@@ -39,7 +42,7 @@ from doc_sections import machine_line, measured, replace_table
 from rich.console import Console
 
 from lookup_knowledge import load_config, sample_knowledge_base
-from lookup_knowledge.adapters.corpus import read_corpus
+from lookup_knowledge.adapters.corpus import SourceDocument, read_corpus
 from lookup_knowledge.adapters.multilingual import (
     chunk_languages,
     confident_language,
@@ -52,6 +55,9 @@ SETS = Path(__file__).with_name("sets")
 TLDR = Path(__file__).resolve().parents[2] / "shared" / "data" / "tldr-multilingual"
 FASTAPI_GIT = Path("/work/.mirror/fastapi+fastapi/repo")
 FASTAPI_LANGUAGES = ("de", "es", "fr", "ja", "ko", "pt", "ru", "zh")
+TLDR_GIT = Path("/work/.mirror/tldr-pages+tldr/repo")
+# tldr-pages' translations outside the encoder's languages (ISO 639-1 as the identifier names them)
+OTHER_LANGUAGES = ("bg", "ca", "cs", "da", "el", "fa", "fi", "hi", "id", "ro", "sv", "uk")
 SEED = 53
 console = Console()
 
@@ -79,6 +85,19 @@ def _git(git_dir: Path, *args: str) -> str:
     return subprocess.run(
         ["git", f"--git-dir={git_dir}", *args], capture_output=True, text=True, check=True
     ).stdout
+
+
+def _tldr_other(git_dir: Path, language: str, pages: int = 100) -> list[Document]:
+    """A seeded sample of tldr-pages' pages in ``language``, each chunked as ingest chunks it."""
+    listing = [p for p in _git(git_dir, "ls-tree", "-r", "--name-only", f"HEAD:pages.{language}").split()]
+    chosen = random.Random(SEED).sample(sorted(listing), min(pages, len(listing)))
+    chunk_chars = load_config().ingest.chunk_chars
+    documents = []
+    for page in chosen:
+        text = _git(git_dir, "show", f"HEAD:pages.{language}/{page}")
+        doc = SourceDocument(page, page, page, text, "markdown")
+        documents.append((language, [c.content for c in chunk_document(doc, chunk_chars)]))
+    return documents
 
 
 def _tldr_english(pages: int) -> list[Document]:
@@ -143,6 +162,7 @@ def table(results: dict[str, dict[str, Any]], ran: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--fastapi-git", type=Path, default=FASTAPI_GIT)
+    parser.add_argument("--tldr-git", type=Path, default=TLDR_GIT)
     parser.add_argument("--tldr-pages", type=int, default=1000, help="English tldr pages sampled")
     parser.add_argument("--cache", type=Path, default=Path("benchmarks/.cache"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/chunk_language.json"))
@@ -163,6 +183,9 @@ def main() -> None:
             sets[f"FastAPI docs, {language}"] = _fastapi(args.fastapi_git, args.cache, language)
     if TLDR.is_dir():
         sets |= _short_texts()
+    if args.tldr_git.is_dir():
+        for language in OTHER_LANGUAGES:
+            sets[f"tldr pages, {language} (not the encoder's)"] = _tldr_other(args.tldr_git, language)
     language_of("warm-up")  # the identifier loads once per process (about 1.6 s), not in a set's time
     results = {name: measure(documents) for name, documents in sets.items()}
     text = table(results, ran)

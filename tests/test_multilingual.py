@@ -118,6 +118,23 @@ def test_a_question_in_another_language_finds_the_english_page(store: Path, embe
     assert verdict.multilingual_top is not None and verdict.multilingual_top > 0.3
 
 
+def test_a_page_in_a_language_outside_the_encoders_is_labelled_and_marked_as_such(
+    tmp_path: Path, embedder
+) -> None:
+    # a Swedish page (once labelled German: the nearest of the encoder's languages) is shown as
+    # Swedish in its block and marked in the pack for an English question
+    swedish = (
+        "# Filbehörigheter\n\nMed `chmod` ändrar du behörigheterna för en fil eller en katalog: vem "
+        "som får läsa, skriva eller köra den. Ge ägaren skrivrättighet eller gör ett skript körbart.\n"
+    )
+    kb = write_corpus(tmp_path / "kb", {"chmod-sv.md": ({"id": "chmod-sv", "title": "chmod"}, swedish)})
+    ingest(kb, make_config(tmp_path / "store"), embedder=embedder)
+    with _tool(tmp_path / "store", embedder, abstention__enabled=False) as tool:
+        result = tool.lookup("chmod file permissions")
+    assert [block.language for block in result.evidence_blocks] == ["sv"]
+    assert "[language: sv]" in result.context_pack.text
+
+
 @pytest.mark.parametrize("language", sorted(QUESTIONS))
 def test_with_the_leg_off_the_same_question_searches_as_before(store: Path, embedder, language: str) -> None:
     question, _ = QUESTIONS[language]
@@ -192,6 +209,12 @@ def test_ingest_into_an_old_store_says_it_writes_no_multilingual_vectors(
         ("如何把文件夹压缩成归档文件？", "zh"),
         ("ネットワーク上のホストに到達できるか確認する", "ja"),
         ("Показать текущую версию", "ru"),
+        # languages outside the encoder's, named when the identifier is sure of them (before: the
+        # nearest of the encoder's, or English)
+        ("Hur ändrar jag behörigheterna för en fil?", "sv"),
+        ("Як змінити права доступу до файлу?", "uk"),
+        ("मैं किसी फ़ाइल की अनुमतियाँ कैसे बदलूँ?", "hi"),
+        ("Πώς αλλάζω τα δικαιώματα ενός αρχείου;", "el"),
         ("How do I check the free disk space?", "en"),
         ("git status", "en"),  # a weak guess of another language is taken as English
         ("12345 ---", "en"),
