@@ -42,10 +42,9 @@ class RequestSettings:
 
 @dataclass(frozen=True, slots=True)
 class LookupRequest:
-    """A lookup to run: its query (stripped, composed (NFC: an accent typed as a combining mark
-    joins its letter), full-width letters and half-width katakana folded:
-    :func:`~lookup_knowledge.adapters.text.fold_width`), session key (:func:`session_key`), pinned category
-    and the caller's access scope."""
+    """A lookup to run: its query (stripped, composed to NFC, full-width letters and half-width
+    katakana folded by :func:`~lookup_knowledge.adapters.text.fold_width`), session key
+    (:func:`session_key`), pinned category and the caller's access scope."""
 
     query: str
     session_id: str | None = None
