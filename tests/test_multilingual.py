@@ -135,6 +135,17 @@ def test_a_page_in_a_language_outside_the_encoders_is_labelled_and_marked_as_suc
     assert "[language: sv]" in result.context_pack.text
 
 
+def test_a_refused_question_in_a_language_outside_the_encoders_is_told_to_ask_in_english(
+    store: Path, embedder
+) -> None:
+    with _tool(store, embedder) as tool:
+        greek = tool.lookup("Πώς αλλάζω τα δικαιώματα πρόσβασης ενός αρχείου;")
+        german = tool.lookup("Wie wird das Wetter morgen in Berlin?")  # the encoder's: no such advice
+    assert not greek.found and "reads as language 'el'" in greek.message
+    assert "ask it again in English" in greek.message
+    assert not german.found and "English" not in german.message
+
+
 @pytest.mark.parametrize("language", sorted(QUESTIONS))
 def test_with_the_leg_off_the_same_question_searches_as_before(store: Path, embedder, language: str) -> None:
     question, _ = QUESTIONS[language]
