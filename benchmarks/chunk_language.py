@@ -89,7 +89,7 @@ def _git(git_dir: Path, *args: str) -> str:
 
 def _tldr_other(git_dir: Path, language: str, pages: int = 100) -> list[Document]:
     """A seeded sample of tldr-pages' pages in ``language``, each chunked as ingest chunks it."""
-    listing = [p for p in _git(git_dir, "ls-tree", "-r", "--name-only", f"HEAD:pages.{language}").split()]
+    listing = _git(git_dir, "ls-tree", "-r", "--name-only", f"HEAD:pages.{language}").split()
     chosen = random.Random(SEED).sample(sorted(listing), min(pages, len(listing)))
     chunk_chars = load_config().ingest.chunk_chars
     documents = []

@@ -114,32 +114,25 @@ def bm25_mrr(
     return sum(reciprocal) / len(reciprocal)
 
 
-def across(git_dir: Path, cache: Path) -> dict[str, Any]:
-    """Every language's questions asked of the English pages, per variant."""
-    queries, qrels = questions()
-    tool, base, _ = prepared_tool(
-        knowledge_base(cache, "en", pages(git_dir, "en")), cache, "same-language-fastapi-en"
-    )
-    try:
-        return {
-            label: measure(tool, base, overrides, queries, qrels) for label, overrides in VARIANTS.items()
-        }
-    finally:
-        tool.close()
-
-
-def run(git_dir: Path, cache: Path) -> dict[str, Any]:
+def run(git_dir: Path, cache: Path, languages: tuple[str, ...] = LANGUAGES) -> dict[str, Any]:
+    """Each language's questions on its own pages (``lookup``, ``off_topic``, ``bm25_pages``) and,
+    on the English store, every language's questions (``across``)."""
     queries, qrels = questions()
     out: dict[str, Any] = {"lookup": {label: {} for label in VARIANTS}, "bm25_pages": {}}
-    for lang in LANGUAGES:
+    for lang in languages:
         texts = pages(git_dir, lang)
         asked = queries[queries["lang"] == lang].reset_index(drop=True)
         tool, base, _ = prepared_tool(
             knowledge_base(cache, lang, texts), cache, f"same-language-fastapi-{lang}"
         )
         try:
+            if lang == "en":  # every language's questions, the English ones among them
+                out["across"] = {
+                    label: measure(tool, base, o, queries, qrels) for label, o in VARIANTS.items()
+                }
             for label, overrides in VARIANTS.items():
-                out["lookup"][label].update(measure(tool, base, overrides, asked, qrels))
+                own = {"en": out["across"][label]["en"]} if lang == "en" else None
+                out["lookup"][label].update(own or measure(tool, base, overrides, asked, qrels))
                 if lang != "en":
                     lines = off_topic(tool, base, overrides, (lang,))
                     out.setdefault("off_topic", {}).setdefault(label, {}).update(lines)
@@ -239,15 +232,15 @@ def main() -> int:
         return 0
     load = os.getloadavg()[0]
     args.cache.mkdir(parents=True, exist_ok=True)
+    fresh = run(args.fastapi_git, args.cache, ("en",) if args.across else LANGUAGES)
     kept = json.loads(args.out.read_text()) if args.across and args.out.exists() else {}
-    results = kept if args.across else run(args.fastapi_git, args.cache)
-    results["across"] = across(args.fastapi_git, args.cache)
+    results = {**kept, "across": fresh["across"]} if args.across else fresh
     for label, rows in results["across"].items():
         print_table(f"across languages, multilingual search {label}", rows)
     results["measured"] = measured(load)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
-    if "lookup" in results:  # the pages' own language (not measured by --across alone)
+    if not args.across:  # the pages' own language (--across measures the English store alone)
         replace_table(args.doc, "same-language", lookup_table(results))
         replace_table(args.doc, "same-language-off-topic", off_topic_table(results))
         replace_table(args.doc, "same-language-stemmers", stemmer_table(results))
