@@ -54,7 +54,7 @@ MESSAGES = {
 # questions in twelve such languages reached about half the MRR@10 of the encoder's languages)
 OTHER_LANGUAGE = (
     " The question reads as language '{}', which the multilingual encoder does not read well: "
-    "ask it again in English."
+    "ask it again in English, or in the documents' language."
 )
 
 
