@@ -40,6 +40,23 @@ def test_committed_dot_source_matches_the_dag(variant: str) -> None:
     )
 
 
+def test_a_rerender_of_an_unchanged_dag_writes_the_same_source() -> None:
+    """Hamilton lists nodes and inputs in set order, which differs between processes (string
+    hashes are salted): two processes with other salts must draw the same DOT source."""
+    draw = "from lookup_knowledge.cli.render import variant_graph; print(variant_graph('default').source)"
+    sources = {
+        subprocess.run(
+            [sys.executable, "-c", draw],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(sources) == 1
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_committed_mermaid_matches_the_dag(variant: str) -> None:
     committed = (VISUALIZATIONS / f"lookup_dag_{variant}.mmd").read_text(encoding="utf-8")

@@ -25,6 +25,8 @@ _CONFIG_LABEL = re.compile(r"<b>(\w+): ([\w, ]+)</b>")
 _DOT_NODE = re.compile(r'^\s*"?([\w.]+)"?\s*\[', re.MULTILINE)
 _DOT_EDGE = re.compile(r'^\s*"?([\w.]+)"?\s*->\s*"?([\w.]+)"?', re.MULTILINE)
 _DOT_LABEL_END = re.compile(r"^(\t(\w+) \[label=<.*</i>)>")  # a node's HTML label up to its type
+_INPUT_ROWS = re.compile(r"(<table[^>]*>)((?:<tr>.*?</tr>)+)(</table>)")  # a node's inputs, one row each
+_ROW = re.compile(r"<tr>.*?</tr>")
 _DOT_NOT_NODES = {"graph", "node", "edge", "config", "input", "function"}  # attributes, legend
 
 
@@ -49,9 +51,26 @@ def variant_graph(variant: str) -> graphviz.Digraph:
     """
     settings = VARIANTS[variant]
     graph = build_driver(settings).display_all_functions(orient="TB", show_legend=True)
-    graph.body = [_CONFIG_LABEL.sub(lambda m: _config_label(m, settings), line) for line in graph.body]
+    graph.body = _in_stable_order(
+        [_CONFIG_LABEL.sub(lambda m: _config_label(m, settings), line) for line in graph.body]
+    )
     graph.attr(label=f"lookup DAG: {variant}", labelloc="t", fontname="Helvetica")
     return graph
+
+
+def _in_stable_order(body: list[str]) -> list[str]:
+    """The DOT statements with the nodes by name, then the edges, then the legend and the rest as
+    drawn: Hamilton lists nodes in set order, which differs from process to process, so a
+    re-render of an unchanged DAG rewrote every committed diagram (an inputs table's rows too)."""
+    legend = next((i for i, line in enumerate(body) if line.lstrip().startswith("subgraph")), len(body))
+    statements = [_INPUT_ROWS.sub(_sorted_rows, line) for line in body[:legend]]
+    edges = sorted(line for line in statements if " -> " in line)
+    nodes = sorted(line for line in statements if " -> " not in line)
+    return [*nodes, *edges, *body[legend:]]
+
+
+def _sorted_rows(table: re.Match[str]) -> str:
+    return table[1] + "".join(sorted(_ROW.findall(table[2]))) + table[3]
 
 
 def _config_label(match: re.Match[str], settings: dict[str, bool]) -> str:
