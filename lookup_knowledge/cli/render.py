@@ -152,7 +152,7 @@ def path_graph(
     ``unfiltered_hits`` what became of the unfiltered search."""
     graph = tool.driver.visualize_execution([FINAL_NODE], inputs=inputs, orient="TB", bypass_validation=True)
     ran = {timing.name: timing.ms for timing in executed_nodes}
-    graph.body = [_with_time(line, ran) for line in graph.body]
+    graph.body = [_with_time(line, ran) for line in _in_stable_order(graph.body)]
     if "unfiltered_hits" in ran:
         graph.node(
             "unfiltered_hits", **_unfiltered_hits_node(attempts, fallback_reason, ran["unfiltered_hits"])
