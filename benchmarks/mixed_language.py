@@ -1,0 +1,217 @@
+"""A knowledge base in two languages: FastAPI's English pages and the translations of a seeded
+half of its translated pages, one store, asked the written questions of
+``benchmarks/sets/fastapi-native`` in the translations' language (and in English). Either
+version of the judged page answers. A question whose page has no translation in the store is
+answered by an English page only: how a partly translated docs site, or a company knowledge base
+with some pages in its people's language, is asked.
+
+    python benchmarks/mixed_language.py [--languages zh,ja,de,es] [--fastapi-git DIR]
+        [--cache benchmarks/.cache] [--out benchmarks/results/mixed_language.json]
+
+Per language, with the default configuration: the ranking's MRR@10 (verdict off) of all its
+questions, of those whose page is translated in the store and of those whose page is not; the
+found share, and the share found with a first block from a page that does not answer. Beside
+them, the ranking's MRR@10 of the same questions on a store of the English pages alone, and of
+the pages of two lookups taken in turn, the first from a store of the translated half alone,
+the second from the English one (``lists in turn``): what a search per language, merged, would
+reach. The table goes to docs/multilingual.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from doc_sections import machine_line, measured, replace_table
+from multilingual import FASTAPI_GIT, _run, _title, console, prepared_tool
+from rich.table import Table
+from same_language import knowledge_base, pages, questions
+
+from lookup_knowledge import KnowledgeTool, load_config
+
+SHARE = 0.5  # of the translated pages, translated in the mixed store
+SEED = 7
+RETURNED = 10
+
+
+def write_pages(kb: Path, texts: dict[str, str]) -> Path:
+    """``texts`` (page id -> markdown) as a knowledge base of markdown files with frontmatter."""
+    for doc_id, text in texts.items():
+        target = kb / f"{doc_id}.md"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(
+            f"---\nid: {doc_id}\ntitle: {_title(text, doc_id)}\n---\n\n{text}", encoding="utf-8"
+        )
+    return kb
+
+
+def page_ids(tool: KnowledgeTool, base: dict[str, Any], text: str) -> list[str]:
+    """The pages of one lookup's blocks (verdict off), in order, each once."""
+    variant = tool.variant(
+        load_config(overrides={**base, "abstention.enabled": False, "retrieval.return_n": RETURNED})
+    )
+    return list(dict.fromkeys(block.doc_id for block in variant.lookup(text).evidence_blocks))
+
+
+def reciprocal_rank(found: list[str], relevant: set[str]) -> float:
+    return next((1 / (n + 1) for n, doc in enumerate(found[:RETURNED]) if doc in relevant), 0.0)
+
+
+def in_turn(first: list[str], second: list[str]) -> list[str]:
+    """Two ranked page lists taken in turn, each page once."""
+    return list(dict.fromkeys(doc for pair in zip_longest(first, second) for doc in pair if doc))
+
+
+def measure_language(lang: str, git_dir: Path, cache: Path) -> dict[str, Any]:
+    english, translations = pages(git_dir, "en"), pages(git_dir, lang)
+    both_languages = sorted(set(english) & set(translations))
+    translated = set(random.Random(SEED).sample(both_languages, int(len(both_languages) * SHARE)))
+    own = {f"{lang}/{doc}": translations[doc] for doc in sorted(translated)}
+    mixed_kb = write_pages(cache / f"mixed-language-{lang}", {**english, **own})
+    own_kb = write_pages(cache / f"mixed-language-{lang}-only", own)
+
+    asked, qrels = questions()
+    asked = asked[asked["lang"].isin(["en", lang])].reset_index(drop=True)
+    judged = {
+        q: {**pages_, **{f"{lang}/{d}": 1 for d in pages_ if d in translated}} for q, pages_ in qrels.items()
+    }
+    stores = {
+        "mixed": prepared_tool(mixed_kb, cache, f"mixed-language-{lang}")[:2],
+        "en": prepared_tool(knowledge_base(cache, "en", english), cache, "same-language-fastapi-en")[:2],
+        "own": prepared_tool(own_kb, cache, f"mixed-language-{lang}-only")[:2],
+    }
+    try:
+        results, _ = _run(*stores["mixed"], {}, asked, judged)
+        _, ranked = _run(*stores["mixed"], {"abstention.enabled": False}, asked, judged)
+        rows: dict[str, Any] = {}
+        for question_lang, group in asked.groupby("lang"):
+            ids = list(group["query_id"])
+            is_translated = {q: any(d in translated for d in qrels[q]) for q in ids}
+            row = {
+                "questions": len(ids),
+                "page translated": sum(is_translated.values()),
+                "ranking": _mrr(ranked, ids),
+                "ranking, page translated": _mrr(ranked, [q for q in ids if is_translated[q]]),
+                "ranking, page not translated": _mrr(ranked, [q for q in ids if not is_translated[q]]),
+                "found": float(results.loc[ids, "found"].mean()),
+                "found, first page wrong": float(
+                    sum(
+                        results.loc[q, "found"]
+                        and _first_page(results.loc[q, "result_json"]) not in judged[q]
+                        for q in ids
+                    )
+                    / len(ids)
+                ),
+            }
+            if question_lang != "en":
+                per_store = {
+                    q: (page_ids(*stores["own"], text), page_ids(*stores["en"], text))
+                    for q, text in zip(group["query_id"], group["query"], strict=True)
+                }
+                row["english store alone"] = _mean(
+                    reciprocal_rank(en, set(judged[q])) for q, (_, en) in per_store.items()
+                )
+                row["lists in turn"] = _mean(
+                    reciprocal_rank(in_turn(own_, en), set(judged[q])) for q, (own_, en) in per_store.items()
+                )
+            rows[question_lang] = row
+        return rows
+    finally:
+        for tool, _ in stores.values():
+            tool.close()
+
+
+def _mrr(ranked: pd.DataFrame, ids: list[str]) -> float | None:
+    return float(ranked.loc[ids, "mrr@10"].mean()) if ids else None
+
+
+def _mean(values: Any) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def _first_page(result_json: str) -> str | None:
+    blocks = json.loads(result_json).get("evidenceBlocks") or []
+    return blocks[0]["docId"] if blocks else None
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = [
+        machine_line(results["measured"], "mixed_language.py"),
+        "",
+        "| questions | asked | pages translated | ranking MRR@10: all / page translated / page not | found "
+        "| found, first page wrong | English pages alone | the two stores' lists in turn |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for lang, rows in results["languages"].items():
+        for question_lang in (lang, "en"):
+            r = rows[question_lang]
+            ranking = " / ".join(
+                _cell(r[k]) for k in ("ranking", "ranking, page translated", "ranking, page not translated")
+            )
+            lines.append(
+                f"| {question_lang} on en + {lang} | {r['questions']} | {r['page translated']} | {ranking} "
+                f"| {r['found']:.0%} | {r['found, first page wrong']:.0%} "
+                f"| {_cell(r.get('english store alone'))} | {_cell(r.get('lists in turn'))} |"
+            )
+    return "\n".join(lines)
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--languages", default="zh,ja,de,es")
+    parser.add_argument("--fastapi-git", type=Path, default=FASTAPI_GIT)
+    parser.add_argument("--cache", type=Path, default=Path("benchmarks/.cache"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/mixed_language.json"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/multilingual.md"))
+    args = parser.parse_args()
+    if not (args.fastapi_git / "HEAD").is_file():
+        console.print(f"skipped: no FastAPI snapshot at {args.fastapi_git} (see docs/multilingual.md)")
+        return 0
+    load = os.getloadavg()[0]
+    languages = {
+        lang: measure_language(lang, args.fastapi_git, args.cache) for lang in args.languages.split(",")
+    }
+    results = {"languages": languages, "measured": measured(load)}
+    view = Table(title="two languages in one store")
+    for column in (
+        "questions",
+        "ranking",
+        "translated",
+        "not translated",
+        "found",
+        "found wrong",
+        "en alone",
+        "in turn",
+    ):
+        view.add_column(column)
+    for lang, rows in languages.items():
+        for question_lang, r in rows.items():
+            view.add_row(
+                f"{question_lang} on en+{lang}",
+                *(
+                    _cell(r.get(k))
+                    for k in ("ranking", "ranking, page translated", "ranking, page not translated", "found",
+                              "found, first page wrong", "english store alone", "lists in turn")
+                ),
+            )  # fmt: skip
+    console.print(view)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    replace_table(args.doc, "mixed-language", table(results))
+    console.print(f"wrote {args.out} and {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
