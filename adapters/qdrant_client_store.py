@@ -137,7 +137,7 @@ class QdrantClientStore(QdrantStore):
             )
             with warnings.catch_warnings():  # local mode has no payload indexes and says so
                 warnings.simplefilter("ignore")
-                for field in (CATEGORY_FIELD, DOC_ID_FIELD, ACCESS_FIELD):
+                for field in (CATEGORY_FIELD, DOC_ID_FIELD, ACCESS_FIELD, LANGUAGE_FIELD):
                     self._client.create_payload_index(
                         self.collection, field, field_schema=models.PayloadSchemaType.KEYWORD
                     )
@@ -356,13 +356,20 @@ def _sparse(vector: SparseVector | None) -> models.SparseVector:
 
 
 def _request_filter(request: SearchRequest) -> models.Filter | None:
-    """The payload filter of every query of a request: its category, and its caller's access."""
+    """The payload filter of every query of a request: its category, its caller's access, and
+    the language its chunks must not be written in."""
     must = _access_conditions(request.access)
     if request.category is not None:
         must.append(
             models.FieldCondition(key=CATEGORY_FIELD, match=models.MatchValue(value=request.category))
         )
-    return models.Filter(must=must) if must else None
+    language = request.other_languages_than
+    must_not = (
+        []
+        if language is None
+        else [models.FieldCondition(key=LANGUAGE_FIELD, match=models.MatchValue(value=language))]
+    )
+    return models.Filter(must=must or None, must_not=must_not or None) if must or must_not else None
 
 
 def _access_conditions(access: Sequence[str] | None) -> list[models.FieldCondition]:

@@ -59,6 +59,7 @@ _NEW_STORE_BYTES = 160 * _MIB
 _CHUNK_BYTES = 16 * 1024  # per chunk written: vectors, payload and WAL entry, with room to spare
 _OPTIMIZE_BYTES = 32 * _MIB  # a merged segment's preallocation beyond a copy of the data (sample: 32)
 _SPACE_MARGIN = 16 * _MIB
+INDEXED_FIELDS = (CATEGORY_FIELD, DOC_ID_FIELD, ACCESS_FIELD, LANGUAGE_FIELD)  # a new store's indexes
 
 
 class QdrantEdgeStore(QdrantStore):
@@ -168,7 +169,7 @@ class QdrantEdgeStore(QdrantStore):
         config = self._config()
         try:
             if _has_data(self.path):
-                return self._checked(self._load(config))
+                return _indexed(self._checked(self._load(config)), (LANGUAGE_FIELD,), required=False)
             if config is None:
                 raise ValueError("a new store needs the embedding dimension")
             shard = qe.EdgeShard.create(str(self.path), config)
@@ -184,9 +185,7 @@ class QdrantEdgeStore(QdrantStore):
             if f'key "{DENSE_VECTOR}" not found' in str(exc):  # a store of a release before hybrid
                 raise StoreOutdatedError(str(self.path)) from None
             raise StoreUnavailableError(f"cannot open knowledge store at {self.path}: {exc}") from exc
-        for field in (CATEGORY_FIELD, DOC_ID_FIELD, ACCESS_FIELD):
-            shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
-        return shard
+        return _indexed(shard, INDEXED_FIELDS)
 
     def _checked(self, shard: qe.EdgeShard) -> qe.EdgeShard:
         """The shard, if it holds BM25 vectors (a store of an older release does not)."""
@@ -439,12 +438,31 @@ def _sparse(vector: SparseVector | None) -> qe.SparseVector:
     return qe.SparseVector(list(vector.indices), list(vector.values))
 
 
+def _indexed(shard: qe.EdgeShard, fields: tuple[str, ...], required: bool = True) -> qe.EdgeShard:
+    """The shard with a keyword index on each of ``fields`` it lacks. A store made before the
+    language index gains it when opened: a search that leaves out one language (issue 53's
+    second search) scanned every payload without it, 100 ms instead of 4 on 3,000 chunks. A store
+    that cannot be written (a read-only copy) opens without it: its searches stay correct."""
+    held = shard.info().payload_schema
+    for field in fields:
+        if field not in held:
+            try:
+                shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
+            except Exception:  # the engine raises plain exceptions; an added index is only speed
+                if required:
+                    raise
+    return shard
+
+
 def _request_filter(request: SearchRequest) -> qe.Filter | None:
-    """The payload filter of every query of a request: its category, and its caller's access."""
+    """The payload filter of every query of a request: its category, its caller's access, and
+    the language its chunks must not be written in."""
     must = _access_conditions(request.access)
     if request.category is not None:
         must.append(qe.FieldCondition(CATEGORY_FIELD, match=qe.MatchValue(request.category)))
-    return qe.Filter(must=must) if must else None
+    language = request.other_languages_than
+    must_not = [] if language is None else [qe.FieldCondition(LANGUAGE_FIELD, match=qe.MatchValue(language))]
+    return qe.Filter(must=must or None, must_not=must_not or None) if must or must_not else None
 
 
 def _access_conditions(access: Sequence[str] | None) -> list[qe.FieldCondition]:

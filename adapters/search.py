@@ -136,6 +136,9 @@ class SearchRequest:
     ``dense_fused`` ``False`` (a question not in English) leaves the dense prefetch out of the
     fusion: MiniLM's vector of such a question is noise (docs/multilingual.md); its dense
     companion still reports each hit's cosine and place.
+
+    ``other_languages_than``: every query of the request leaves out the chunks written in that
+    language (the payload's ``language``; a chunk without one is kept).
     """
 
     query_text: str
@@ -152,6 +155,7 @@ class SearchRequest:
     query_terms: Mapping[str, int] = field(default_factory=dict)
     multilingual_vector: Sequence[float] | None = None  # hybrid: a prefetch on the multilingual vectors
     dense_fused: bool = True  # hybrid with multilingual_vector: whether the dense prefetch is fused too
+    other_languages_than: str | None = None  # only chunks not written in this language (ISO 639-1)
 
     def __post_init__(self) -> None:
         if self.mode != "dense" and self.sparse_vector is None:

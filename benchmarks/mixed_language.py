@@ -23,6 +23,8 @@ import argparse
 import json
 import os
 import random
+import statistics
+import time
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,21 @@ def page_ids(tool: KnowledgeTool, base: dict[str, Any], text: str) -> list[str]:
     return list(dict.fromkeys(block.doc_id for block in variant.lookup(text).evidence_blocks))
 
 
+def lookup_ms(tool: KnowledgeTool, base: dict[str, Any], texts: list[str], rounds: int = 3) -> dict:
+    """Median lookup time of ``texts`` with the search over other languages on and off, the two
+    taken in turn question by question (one process, side by side: the machine's load hits both)."""
+    switch = "multilingual.other_languages"
+    variants = {on: tool.variant(load_config(overrides={**base, switch: on})) for on in (True, False)}
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(rounds):
+        for text in texts:
+            for on, variant in variants.items():
+                started = time.perf_counter()
+                variant.lookup(text)
+                times[on].append((time.perf_counter() - started) * 1000)
+    return {"on": statistics.median(times[True]), "off": statistics.median(times[False])}
+
+
 def reciprocal_rank(found: list[str], relevant: set[str]) -> float:
     return next((1 / (n + 1) for n, doc in enumerate(found[:RETURNED]) if doc in relevant), 0.0)
 
@@ -73,8 +90,8 @@ def measure_language(lang: str, git_dir: Path, cache: Path) -> dict[str, Any]:
     both_languages = sorted(set(english) & set(translations))
     translated = set(random.Random(SEED).sample(both_languages, int(len(both_languages) * SHARE)))
     own = {f"{lang}/{doc}": translations[doc] for doc in sorted(translated)}
-    mixed_kb = write_pages(cache / f"mixed-language-{lang}", {**english, **own})
-    own_kb = write_pages(cache / f"mixed-language-{lang}-only", own)
+    mixed_kb = write_pages(cache / f"mixed-language-{lang}-pages", {**english, **own})
+    own_kb = write_pages(cache / f"mixed-language-{lang}-only-pages", own)
 
     asked, qrels = questions()
     asked = asked[asked["lang"].isin(["en", lang])].reset_index(drop=True)
@@ -120,6 +137,9 @@ def measure_language(lang: str, git_dir: Path, cache: Path) -> dict[str, Any]:
                 row["lists in turn"] = _mean(
                     reciprocal_rank(in_turn(own_, en), set(judged[q])) for q, (own_, en) in per_store.items()
                 )
+                texts = list(group["query"])
+                row["ms two languages"] = lookup_ms(*stores["mixed"], texts)
+                row["ms own language alone"] = lookup_ms(*stores["own"], texts)
             rows[question_lang] = row
         return rows
     finally:
@@ -146,8 +166,9 @@ def table(results: dict[str, Any]) -> str:
         machine_line(results["measured"], "mixed_language.py"),
         "",
         "| questions | asked | pages translated | ranking MRR@10: all / page translated / page not | found "
-        "| found, first page wrong | English pages alone | the two stores' lists in turn |",
-        "|---|---:|---:|---|---:|---:|---:|---:|",
+        "| found, first page wrong | English pages alone | the two stores' lists in turn "
+        "| lookup p50 ms, other languages on / off: this store; the translated pages alone |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for lang, rows in results["languages"].items():
         for question_lang in (lang, "en"):
@@ -158,9 +179,16 @@ def table(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {question_lang} on en + {lang} | {r['questions']} | {r['page translated']} | {ranking} "
                 f"| {r['found']:.0%} | {r['found, first page wrong']:.0%} "
-                f"| {_cell(r.get('english store alone'))} | {_cell(r.get('lists in turn'))} |"
+                f"| {_cell(r.get('english store alone'))} | {_cell(r.get('lists in turn'))} | {_ms(r)} |"
             )
     return "\n".join(lines)
+
+
+def _ms(row: dict[str, Any]) -> str:
+    if "ms two languages" not in row:
+        return ""
+    mixed, own = row["ms two languages"], row["ms own language alone"]
+    return f"{mixed['on']:.1f} / {mixed['off']:.1f}; {own['on']:.1f} / {own['off']:.1f}"
 
 
 def _cell(value: float | None) -> str:

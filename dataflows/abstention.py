@@ -233,9 +233,14 @@ def probe_null__l1_disabled() -> ProbeNull:
 
 
 def evidence_hits(retrieval_attempts: list[SearchAttempt]) -> list[SearchHit]:
-    """The usable hits of the searches whose hits were used, best first: what the verdict reads."""
-    used = [hit for attempt in retrieval_attempts if attempt.used for hit in attempt.usable]
-    return sorted(used, key=lambda hit: -hit.score)
+    """The usable hits of the searches whose hits were used, each once, best first: the chosen
+    search's, then the search over other languages' (``other_language_hits``): what the verdict
+    reads."""
+    hits: dict[str, SearchHit] = {}
+    for attempt in retrieval_attempts:  # the fallback's choice comes before the other languages'
+        for hit in sorted(attempt.usable, key=lambda hit: -hit.score) if attempt.used else ():
+            hits.setdefault(hit.point_id, hit)
+    return list(hits.values())
 
 
 def evidence_bar(abstention_policy: AbstentionPolicy, probe_null: ProbeNull) -> float:

@@ -89,16 +89,34 @@ def _final_hits(
     fixed scale, the store's score as a share of the search's best.
     """
     ranked = []
+    weight = _other_languages_weight(retrieval_attempts)
     for attempt in retrieval_attempts:
         if not attempt.used:
             continue
         best = max((hit.score for hit in attempt.hits), default=0.0)
         places = {hit.point_id: place for place, hit in enumerate(attempt.hits, start=1)}
         for hit in attempt.usable:
-            share = hit.score / best if best > 0 else 0.0
+            share = (hit.score / best if best > 0 else 0.0) * (
+                weight if attempt.kind == "other_languages" else 1.0
+            )
             rank_score = hit.normalized_score if retrieval_mode == "dense" else share
             ranked.append((attempt.kind, hit, rank_score, places[hit.point_id]))
     return sorted(ranked, key=lambda row: -row[2])
+
+
+def _other_languages_weight(retrieval_attempts: list[SearchAttempt]) -> float:
+    """How far the search over other languages is trusted beside the one the fallback chose: its
+    best multilingual cosine as a share of that one's (at most 1). On pages in the question's
+    language, what it finds in another (a code block taken for English) lies far from the
+    question and ranks below the pages' own answer."""
+    best = {
+        attempt.kind == "other_languages": max(
+            (hit.multilingual_score or 0.0 for hit in attempt.usable), default=0.0
+        )
+        for attempt in retrieval_attempts
+        if attempt.used
+    }
+    return min(1.0, best[True] / best[False]) if best.get(True) and best.get(False) else 1.0
 
 
 def _shown_terms(hit: SearchHit) -> list[str]:

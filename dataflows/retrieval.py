@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from hamilton.function_modifiers import config
 
+from lookup_knowledge.adapters.payload import LANGUAGE_FIELD
 from lookup_knowledge.adapters.redaction import mask_secrets
 from lookup_knowledge.adapters.search import (
     Candidates,
@@ -192,6 +193,8 @@ def _attempt(
     request: SearchRequest, hits: list[SearchHit] | None, error: str | None, min_evidence_score: float
 ) -> SearchAttempt:
     kind: AttemptKind = "filtered" if request.category is not None else "unfiltered"
+    if request.other_languages_than is not None:
+        kind = "other_languages"
     if hits is None:
         return SearchAttempt(kind, request.category, request.top_k, error=error)
     cjk = script_of(request.query_text) == "cjk"
@@ -423,14 +426,51 @@ def _codes_left_out(filtered: SearchAttempt, unfiltered: SearchAttempt) -> bool:
 
 
 @config.when(l1_enabled=True)
+def other_language_hits(
+    l1_requests: list[SearchRequest],
+    filtered_hits: SearchAttempt,
+    unfiltered_hits: SearchAttempt | None,
+    fallback_decision: FallbackDecisionTrace,
+    query_language: str,
+    search_port: KnowledgeSearchPort,
+    min_evidence_score: float,
+    search_other_languages: bool = True,
+) -> SearchAttempt | None:
+    """For a question not in English whose multilingual leg ran and whose used search returned
+    chunks written in its language, the same search over the chunks written in other languages;
+    ``None`` when none ran (``multilingual.other_languages`` off: never). Both legs prefer the
+    question's language (BM25 matches its words on pages written in it, the encoder puts it
+    nearer an unrelated sentence in its language than the answer in another): in a store of two
+    languages the answer in the other one fell out of the candidates (docs/multilingual.md). Its
+    hits join the used search's, weighed in ``candidates_df``."""
+    request = l1_requests[0]
+    used = filtered_hits if fallback_decision.used == filtered_hits.kind else unfiltered_hits
+    if not search_other_languages or request.multilingual_vector is None or query_language == "en":
+        return None
+    if used is None or not any(hit.payload.get(LANGUAGE_FIELD) == query_language for hit in used.usable):
+        return None
+    others = replace(request, category=used.filter, other_languages_than=query_language)
+    try:
+        (hits,) = searched_hits(search_port, [others])
+    except Exception as exc:  # traced as that search's error; the used search's hits stand
+        return _attempt(others, None, _error(exc), min_evidence_score)
+    return _attempt(others, hits, None, min_evidence_score)
+
+
+@config.when(l1_enabled=True)
 def retrieval_attempts(
     filtered_hits: SearchAttempt,
     unfiltered_hits: SearchAttempt | None,
     fallback_decision: FallbackDecisionTrace,
+    other_language_hits: SearchAttempt | None = None,
 ) -> list[SearchAttempt]:
-    """The searches that ran, in order, each marked with whether its hits were used."""
+    """The searches that ran, in order, each marked with whether its hits were used: the one the
+    fallback decision chose, and the search over other languages whenever it ran and answered."""
     ran = [filtered_hits] if unfiltered_hits is None else [filtered_hits, unfiltered_hits]
-    return [replace(attempt, used=attempt.kind == fallback_decision.used) for attempt in ran]
+    attempts = [replace(attempt, used=attempt.kind == fallback_decision.used) for attempt in ran]
+    if other_language_hits is None:
+        return attempts
+    return [*attempts, replace(other_language_hits, used=other_language_hits.error is None)]
 
 
 @config.when(l1_enabled=False)

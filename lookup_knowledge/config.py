@@ -135,6 +135,7 @@ class MultilingualConfig(_Section):
 
     vectors: Literal["auto", "on", "off"] = "auto"
     search: Literal["auto", "always", "off"] = "auto"
+    other_languages: bool = True  # a question whose hits are in its language: also search the others
     max_chars: int = Field(600, ge=50, le=100_000)
     threads: int = Field(1, ge=1, le=64)
 

@@ -33,7 +33,9 @@ VerdictReason = Literal[
 FallbackRule = Literal["relative", "threshold"]
 RetrievalMode = Literal["dense", "sparse", "hybrid"]
 FusionMethod = Literal["rrf", "dbsf"]
-AttemptKind = Literal["filtered", "unfiltered"]  # the search with the category filter, or its companion
+# the search with the category filter, its unfiltered companion, or the used one over the chunks
+# written in other languages than the question (docs/multilingual.md)
+AttemptKind = Literal["filtered", "unfiltered", "other_languages"]
 DecisionRule = Literal[
     "no_filter",  # one unfiltered search: nothing to decide
     "fallback_disabled",  # retrieval.fallback is off: the filtered hits stand

@@ -186,6 +186,7 @@ def settings_inputs(config: Config) -> dict[str, Any]:
         "relative_evidence_floor": retrieval_config.relative_evidence_floor,
         "max_chunks_per_document": retrieval_config.max_chunks_per_document,
         "rerank_weights": config.rerank,
+        "search_other_languages": config.multilingual.other_languages,
         "context_budget_chars": config.context.budget_chars,
         "context_hit_reasons": config.context.hit_reasons,
         "abstention_policy": AbstentionPolicy(

@@ -177,6 +177,7 @@ STORE_READS = {
     "l1_answers",
     "fused_answers",  # a few-matches search fused again
     "unfiltered_hits",
+    "other_language_hits",  # a question's search over the chunks in other languages
     "probe_null",
     "query_term_idf",
     "word_idf",  # a CJK query's words' IDF

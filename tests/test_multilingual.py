@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import qdrant_edge as qe
 from conftest import make_config, write_corpus
 from dataflow_fixtures import make_hit, searched
 
@@ -527,6 +529,88 @@ def test_a_question_in_the_blocks_own_language_is_not_read_by_lines(tmp_path: Pa
         result = tool.lookup("Wie ändere ich die Zugriffsrechte einer Datei?")
     assert [b.language for b in result.evidence_blocks][:1] == ["de"]
     assert all(e.line_score is None for e in result.rerank_trace.entries)
+
+
+GERMAN_NEIGHBOURS = {
+    "kopieren": ("Dateien kopieren", "Kopiere eine Datei oder einen Ordner an einen anderen Ort; die "
+                 "Datei behält ihren Namen."),
+    "umbenennen": ("Dateien umbenennen", "Gib einer Datei einen neuen Namen oder verschiebe die Datei "
+                   "in einen anderen Ordner."),
+    "suchen": ("Dateien suchen", "Finde eine Datei nach ihrem Namen oder ihrer Größe in einem Ordner "
+               "und seinen Unterordnern."),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def two_language_store(tmp_path_factory: pytest.TempPathFactory, embedder) -> Path:
+    """The eight English pages and three German ones on other file tasks, one store."""
+    return _store_of(tmp_path_factory.mktemp("two-languages"), {**PAGES, **GERMAN_NEIGHBOURS}, embedder)
+
+
+def test_a_store_in_two_languages_returns_the_answer_written_in_the_other_one(
+    two_language_store: Path, embedder
+) -> None:
+    """The German pages hold the question's words ("Datei") and lie near it in its own language,
+    so the three best candidates are theirs: the English permissions page, which answers, comes
+    from the search over the chunks in other languages."""
+    with _tool(two_language_store, embedder, retrieval__retrieve_k=3, retrieval__return_n=4) as tool:
+        result = tool.lookup(QUESTIONS["de"][0])
+    assert "chmod" in {block.doc_id for block in result.evidence_blocks}
+    attempts = {a.kind: a for a in result.retrieval_trace.attempts}
+    assert attempts["other_languages"].used and attempts["unfiltered"].used
+    chmod = next(block for block in result.evidence_blocks if block.doc_id == "chmod")
+    assert chmod.language == "en" and "vector:other_languages" in chmod.hit_reasons
+
+
+def test_with_other_languages_off_the_question_searches_once(two_language_store: Path, embedder) -> None:
+    overrides = {"retrieval__retrieve_k": 3, "retrieval__return_n": 4, "multilingual__other_languages": False}
+    with _tool(two_language_store, embedder, **overrides) as tool:
+        result = tool.lookup(QUESTIONS["de"][0])
+    assert [a.kind for a in result.retrieval_trace.attempts] == ["unfiltered"]
+    assert "chmod" not in {block.doc_id for block in result.evidence_blocks}
+
+
+def test_a_question_on_pages_in_other_languages_only_runs_one_search(store: Path, embedder) -> None:
+    with _tool(store, embedder) as tool:
+        result = tool.lookup(QUESTIONS["zh"][0])
+    assert [a.kind for a in result.retrieval_trace.attempts] == ["unfiltered"]
+
+
+@pytest.mark.parametrize("adapter", ["edge", "qdrant-client"])
+def test_both_adapters_leave_out_the_chunks_in_the_language_a_request_excludes(
+    tmp_path: Path, adapter: str
+) -> None:
+    if adapter == "edge":
+        store = QdrantEdgeStore(tmp_path / "s", 4, multilingual_dimension=3)
+    else:
+        store = QdrantClientStore("c", 4, location=":memory:", multilingual_dimension=3)
+    chunks = _chunks()
+    for chunk, language in zip(chunks, ["de", "en", None], strict=True):
+        if language:
+            chunk.payload[LANGUAGE_FIELD] = language
+    try:
+        store.upsert(chunks)
+        request = _request([0.0, 1.0, 0.0])
+        assert {hit.doc_id for hit in searched(store, request)} == {"doc-0", "doc-1", "doc-2"}
+        others = searched(store, replace(request, other_languages_than="de"))
+        assert {hit.doc_id for hit in others} == {"doc-1", "doc-2"}  # a chunk of no language is kept
+    finally:
+        store.close()
+
+
+def test_an_edge_store_made_before_the_language_index_gains_it_when_opened(tmp_path: Path) -> None:
+    """Without it a search that leaves out one language reads every chunk's payload."""
+    store = QdrantEdgeStore(tmp_path / "s", 4, multilingual_dimension=3)
+    store.upsert(_chunks())
+    store._shard.update(qe.UpdateOperation.delete_field_index(LANGUAGE_FIELD))  # as a store made before it
+    assert LANGUAGE_FIELD not in store._shard.info().payload_schema
+    store.close()
+    reopened = QdrantEdgeStore(tmp_path / "s", 4, multilingual_dimension=3)
+    try:
+        assert LANGUAGE_FIELD in reopened._shard.info().payload_schema
+        assert len(searched(reopened, replace(_request([0.0, 1.0, 0.0]), other_languages_than="de"))) == 3
+    finally:
+        reopened.close()
 
 
 def test_a_failing_encoder_leaves_the_blocks_their_rank_scores() -> None:
