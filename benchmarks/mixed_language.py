@@ -14,7 +14,8 @@ found share, and the share found with a first block from a page that does not an
 them, the ranking's MRR@10 of the same questions on a store of the English pages alone, and of
 the pages of two lookups taken in turn, the first from a store of the translated half alone,
 the second from the English one (``lists in turn``): what a search per language, merged, would
-reach. The table goes to docs/multilingual.md.
+reach; and the lookup time with that search on and off. A second set (:func:`measure_tldr`): tldr's
+English pages and 220 Chinese ones, the search off and on. The tables go to docs/multilingual.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import time
 from itertools import zip_longest
@@ -31,12 +33,13 @@ from typing import Any
 
 import pandas as pd
 from doc_sections import machine_line, measured, replace_table
-from multilingual import FASTAPI_GIT, _run, _title, console, prepared_tool
+from multilingual import FASTAPI_GIT, _run, _title, console, prepared_tool, tldr_set
 from rich.table import Table
 from same_language import knowledge_base, pages, questions
 
 from lookup_knowledge import KnowledgeTool, load_config
 
+SETS = Path(__file__).with_name("sets")
 SHARE = 0.5  # of the translated pages, translated in the mixed store
 SEED = 7
 RETURNED = 10
@@ -147,6 +150,68 @@ def measure_language(lang: str, git_dir: Path, cache: Path) -> dict[str, Any]:
             tool.close()
 
 
+def measure_tldr(cache: Path) -> dict[str, Any]:
+    """A second set: tldr's 2,000 sampled English pages (``multilingual.tldr_set``) and the 220
+    Chinese tldr pages of ``benchmarks/sets/cjk-zh`` (ids ``zh/...``), one store, asked
+    tldr-multilingual's Chinese questions whose English page it holds; either page of the command
+    answers. The search over other languages off, then on (the default)."""
+    english, queries, qrels = tldr_set(cache, 0, 2000)
+    chinese = SETS / "cjk-zh" / "pages"
+    kb = cache / "mixed-language-tldr-pages"
+    if not kb.is_dir():
+        shutil.copytree(english, kb)
+        for page in chinese.rglob("*.md"):
+            target = kb / "zh" / page.relative_to(chinese)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(
+                page.read_text(encoding="utf-8").replace('id: "', 'id: "zh/', 1), encoding="utf-8"
+            )
+    held = {str(p.relative_to(english).with_suffix("")) for p in english.rglob("*.md")}
+    translated = {str(p.relative_to(chinese).with_suffix("")) for p in chinese.rglob("*.md")}
+    asked = queries[
+        (queries["lang"] == "zh") & queries["query_id"].map(lambda q: all(d in held for d in qrels[q]))
+    ].reset_index(drop=True)
+    judged = {
+        q: {**qrels[q], **{f"zh/{d}": 1 for d in qrels[q] if d in translated}} for q in asked["query_id"]
+    }
+    with_page = [q for q in asked["query_id"] if any(d in translated for d in qrels[q])]
+    without = [q for q in asked["query_id"] if q not in with_page]
+    tool, base = prepared_tool(kb, cache, "mixed-language-tldr")[:2]
+    try:
+        rows = {}
+        for on in (False, True):
+            switch = {"multilingual.other_languages": on}
+            results, _ = _run(tool, base, switch, asked, judged)
+            _, ranked = _run(tool, base, {**switch, "abstention.enabled": False}, asked, judged)
+            rows["on" if on else "off"] = {
+                "questions": len(asked),
+                "page translated": len(with_page),
+                "ranking": _mrr(ranked, list(asked["query_id"])),
+                "ranking, page translated": _mrr(ranked, with_page),
+                "ranking, page not translated": _mrr(ranked, without),
+                "found": float(results["found"].mean()),
+            }
+        return rows
+    finally:
+        tool.close()
+
+
+def tldr_table(rows: dict[str, Any]) -> str:
+    lines = [
+        "| other languages searched | questions | page translated "
+        "| ranking MRR@10: all / page translated / page not | found |",
+        "|---|---:|---:|---|---:|",
+    ]
+    for label, r in rows.items():
+        ranking = " / ".join(
+            _cell(r[k]) for k in ("ranking", "ranking, page translated", "ranking, page not translated")
+        )
+        lines.append(
+            f"| {label} | {r['questions']} | {r['page translated']} | {ranking} | {r['found']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
 def _mrr(ranked: pd.DataFrame, ids: list[str]) -> float | None:
     return float(ranked.loc[ids, "mrr@10"].mean()) if ids else None
 
@@ -210,7 +275,7 @@ def main() -> int:
     languages = {
         lang: measure_language(lang, args.fastapi_git, args.cache) for lang in args.languages.split(",")
     }
-    results = {"languages": languages, "measured": measured(load)}
+    results = {"languages": languages, "tldr": measure_tldr(args.cache), "measured": measured(load)}
     view = Table(title="two languages in one store")
     for column in (
         "questions",
@@ -237,6 +302,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     replace_table(args.doc, "mixed-language", table(results))
+    replace_table(args.doc, "mixed-language-tldr", tldr_table(results["tldr"]))
     console.print(f"wrote {args.out} and {args.doc}")
     return 0
 
