@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -81,12 +81,14 @@ def _l0_matches(hit: SearchHit, hint_terms: list[tuple[str, str, dict[str, str]]
 def _final_hits(
     retrieval_attempts: list[SearchAttempt], retrieval_mode: str
 ) -> list[tuple[str, SearchHit, float, int]]:
-    """Usable hits of the attempt(s) whose hits the fallback decision used, each with the
-    attempt that found them, its rank score and its place in that search, best first.
+    """Usable hits of the attempt(s) whose hits were used (the fallback decision's, and the
+    search over other languages), each with the attempt that found them, its rank score and its
+    place in that search, best first.
 
     The rank score is what post-processing orders and reranks by, in [0, 1]: the normalized
     cosine in dense mode; in sparse and hybrid mode, whose scores (BM25, rank fusion) have no
-    fixed scale, the store's score as a share of the search's best.
+    fixed scale, the store's score as a share of the search's best, times
+    :func:`_other_languages_weight` for the search over other languages.
     """
     ranked = []
     weight = _other_languages_weight(retrieval_attempts)
@@ -96,9 +98,8 @@ def _final_hits(
         best = max((hit.score for hit in attempt.hits), default=0.0)
         places = {hit.point_id: place for place, hit in enumerate(attempt.hits, start=1)}
         for hit in attempt.usable:
-            share = (hit.score / best if best > 0 else 0.0) * (
-                weight if attempt.kind == "other_languages" else 1.0
-            )
+            trust = weight if attempt.kind == "other_languages" else 1.0
+            share = (hit.score / best if best > 0 else 0.0) * trust
             rank_score = hit.normalized_score if retrieval_mode == "dense" else share
             ranked.append((attempt.kind, hit, rank_score, places[hit.point_id]))
     return sorted(ranked, key=lambda row: -row[2])
@@ -109,14 +110,14 @@ def _other_languages_weight(retrieval_attempts: list[SearchAttempt]) -> float:
     best multilingual cosine as a share of that one's (at most 1). On pages in the question's
     language, what it finds in another (a code block taken for English) lies far from the
     question and ranks below the pages' own answer."""
-    best = {
-        attempt.kind == "other_languages": max(
-            (hit.multilingual_score or 0.0 for hit in attempt.usable), default=0.0
-        )
-        for attempt in retrieval_attempts
-        if attempt.used
-    }
-    return min(1.0, best[True] / best[False]) if best.get(True) and best.get(False) else 1.0
+    used = [attempt for attempt in retrieval_attempts if attempt.used]
+    others = _best_multilingual(a for a in used if a.kind == "other_languages")
+    chosen = _best_multilingual(a for a in used if a.kind != "other_languages")
+    return min(1.0, others / chosen) if others and chosen else 1.0
+
+
+def _best_multilingual(attempts: Iterable[SearchAttempt]) -> float:
+    return max((hit.multilingual_score or 0.0 for a in attempts for hit in a.usable), default=0.0)
 
 
 def _shown_terms(hit: SearchHit) -> list[str]:
