@@ -33,9 +33,9 @@ from typing import Any
 
 import pandas as pd
 from doc_sections import machine_line, measured, replace_table
-from multilingual import FASTAPI_GIT, _run, _title, console, prepared_tool, tldr_set
+from multilingual import FASTAPI_GIT, _run, console, prepared_tool, tldr_set
 from rich.table import Table
-from same_language import knowledge_base, pages, questions
+from same_language import knowledge_base, pages, questions, write_pages
 
 from lookup_knowledge import KnowledgeTool, load_config
 
@@ -43,17 +43,6 @@ SETS = Path(__file__).with_name("sets")
 SHARE = 0.5  # of the translated pages, translated in the mixed store
 SEED = 7
 RETURNED = 10
-
-
-def write_pages(kb: Path, texts: dict[str, str]) -> Path:
-    """``texts`` (page id -> markdown) as a knowledge base of markdown files with frontmatter."""
-    for doc_id, text in texts.items():
-        target = kb / f"{doc_id}.md"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(
-            f"---\nid: {doc_id}\ntitle: {_title(text, doc_id)}\n---\n\n{text}", encoding="utf-8"
-        )
-    return kb
 
 
 def page_ids(tool: KnowledgeTool, base: dict[str, Any], text: str) -> list[str]:

@@ -68,7 +68,11 @@ def pages(git_dir: Path, lang: str) -> dict[str, str]:
 
 
 def knowledge_base(cache: Path, lang: str, texts: dict[str, str]) -> Path:
-    kb = cache / f"fastapi-docs-{lang}"
+    return write_pages(cache / f"fastapi-docs-{lang}", texts)
+
+
+def write_pages(kb: Path, texts: dict[str, str]) -> Path:
+    """``texts`` (page id -> markdown) as a knowledge base of markdown files with frontmatter."""
     for doc_id, text in texts.items():
         target = kb / f"{doc_id}.md"
         target.parent.mkdir(parents=True, exist_ok=True)
