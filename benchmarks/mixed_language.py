@@ -14,8 +14,10 @@ found share, and the share found with a first block from a page that does not an
 them, the ranking's MRR@10 of the same questions on a store of the English pages alone, and of
 the pages of two lookups taken in turn, the first from a store of the translated half alone,
 the second from the English one (``lists in turn``): what a search per language, merged, would
-reach; and the lookup time with that search on and off. A second set (:func:`measure_tldr`): tldr's
-English pages and 220 Chinese ones, the search off and on. The tables go to docs/multilingual.md.
+reach; and the lookup time with that search on and off. The same pages each once
+(:func:`measure_once`): a translated page's English original left out, so its translation is
+the only page that answers. A second set (:func:`measure_tldr`): tldr's English pages and 220
+Chinese ones, the search off and on. The tables go to docs/multilingual.md.
 """
 
 from __future__ import annotations
@@ -109,14 +111,7 @@ def measure_language(lang: str, git_dir: Path, cache: Path) -> dict[str, Any]:
                 "ranking, page translated": _mrr(ranked, [q for q in ids if is_translated[q]]),
                 "ranking, page not translated": _mrr(ranked, [q for q in ids if not is_translated[q]]),
                 "found": float(results.loc[ids, "found"].mean()),
-                "found, first page wrong": float(
-                    sum(
-                        results.loc[q, "found"]
-                        and _first_page(results.loc[q, "result_json"]) not in judged[q]
-                        for q in ids
-                    )
-                    / len(ids)
-                ),
+                "found, first page wrong": _first_wrong(results, ids, judged),
             }
             if question_lang != "en":
                 per_store = {
@@ -137,6 +132,58 @@ def measure_language(lang: str, git_dir: Path, cache: Path) -> dict[str, Any]:
     finally:
         for tool, _ in stores.values():
             tool.close()
+
+
+def measure_once(lang: str, git_dir: Path, cache: Path) -> dict[str, Any]:
+    """The store of :func:`measure_language` with each page once: the English original of a
+    translated page left out, so only its translation answers (a company knowledge base whose
+    pages are each written in one language). The search over other languages off, then on."""
+    english, translations = pages(git_dir, "en"), pages(git_dir, lang)
+    both_languages = sorted(set(english) & set(translations))
+    translated = set(random.Random(SEED).sample(both_languages, int(len(both_languages) * SHARE)))
+    kept = {doc: text for doc, text in english.items() if doc not in translated}
+    own = {f"{lang}/{doc}": translations[doc] for doc in sorted(translated)}
+    kb = write_pages(cache / f"mixed-language-{lang}-once-pages", {**kept, **own})
+    asked, qrels = questions()
+    asked = asked[asked["lang"] == lang].reset_index(drop=True)
+    judged = {
+        q: {(f"{lang}/{d}" if d in translated else d): 1 for d in pages_} for q, pages_ in qrels.items()
+    }
+    with_page = [q for q in asked["query_id"] if any(d in translated for d in qrels[q])]
+    tool, base = prepared_tool(kb, cache, f"mixed-language-{lang}-once")[:2]
+    try:
+        return {
+            "on" if on else "off": _switched(tool, base, on, asked, judged, with_page) for on in (False, True)
+        }
+    finally:
+        tool.close()
+
+
+def _switched(
+    tool: KnowledgeTool, base: dict, on: bool, asked: pd.DataFrame, judged: dict, with_page: list[str]
+) -> dict[str, Any]:
+    """Ranking MRR@10 (all, page translated, not) and found share, the search over other
+    languages ``on`` or off."""
+    switch = {"multilingual.other_languages": on}
+    results, _ = _run(tool, base, switch, asked, judged)
+    _, ranked = _run(tool, base, {**switch, "abstention.enabled": False}, asked, judged)
+    ids = list(asked["query_id"])
+    return {
+        "questions": len(ids),
+        "page translated": len(with_page),
+        "ranking": _mrr(ranked, ids),
+        "ranking, page translated": _mrr(ranked, with_page),
+        "ranking, page not translated": _mrr(ranked, [q for q in ids if q not in with_page]),
+        "found": float(results["found"].mean()),
+        "found, first page wrong": _first_wrong(results, ids, judged),
+    }
+
+
+def _first_wrong(results: pd.DataFrame, ids: list[str], judged: dict) -> float:
+    """The share of ``ids`` found with a first block from a page that does not answer."""
+    return sum(
+        results.loc[q, "found"] and _first_page(results.loc[q, "result_json"]) not in judged[q] for q in ids
+    ) / len(ids)
 
 
 def measure_tldr(cache: Path) -> dict[str, Any]:
@@ -164,39 +211,29 @@ def measure_tldr(cache: Path) -> dict[str, Any]:
         q: {**qrels[q], **{f"zh/{d}": 1 for d in qrels[q] if d in translated}} for q in asked["query_id"]
     }
     with_page = [q for q in asked["query_id"] if any(d in translated for d in qrels[q])]
-    without = [q for q in asked["query_id"] if q not in with_page]
     tool, base = prepared_tool(kb, cache, "mixed-language-tldr")[:2]
     try:
-        rows = {}
-        for on in (False, True):
-            switch = {"multilingual.other_languages": on}
-            results, _ = _run(tool, base, switch, asked, judged)
-            _, ranked = _run(tool, base, {**switch, "abstention.enabled": False}, asked, judged)
-            rows["on" if on else "off"] = {
-                "questions": len(asked),
-                "page translated": len(with_page),
-                "ranking": _mrr(ranked, list(asked["query_id"])),
-                "ranking, page translated": _mrr(ranked, with_page),
-                "ranking, page not translated": _mrr(ranked, without),
-                "found": float(results["found"].mean()),
-            }
-        return rows
+        return {
+            "on" if on else "off": _switched(tool, base, on, asked, judged, with_page) for on in (False, True)
+        }
     finally:
         tool.close()
 
 
-def tldr_table(rows: dict[str, Any]) -> str:
+def switched_table(rows: dict[str, Any]) -> str:
+    """Rows of :func:`_switched` by their label (``zh, on``)."""
     lines = [
-        "| other languages searched | questions | page translated "
-        "| ranking MRR@10: all / page translated / page not | found |",
-        "|---|---:|---:|---|---:|",
+        "| questions, other languages searched | questions | page translated "
+        "| ranking MRR@10: all / page translated / page not | found | found, first page wrong |",
+        "|---|---:|---:|---|---:|---:|",
     ]
     for label, r in rows.items():
         ranking = " / ".join(
             _cell(r[k]) for k in ("ranking", "ranking, page translated", "ranking, page not translated")
         )
         lines.append(
-            f"| {label} | {r['questions']} | {r['page translated']} | {ranking} | {r['found']:.0%} |"
+            f"| {label} | {r['questions']} | {r['page translated']} | {ranking} | {r['found']:.0%} "
+            f"| {r['found, first page wrong']:.0%} |"
         )
     return "\n".join(lines)
 
@@ -264,7 +301,13 @@ def main() -> int:
     languages = {
         lang: measure_language(lang, args.fastapi_git, args.cache) for lang in args.languages.split(",")
     }
-    results = {"languages": languages, "tldr": measure_tldr(args.cache), "measured": measured(load)}
+    once = {lang: measure_once(lang, args.fastapi_git, args.cache) for lang in languages}
+    results = {
+        "languages": languages,
+        "once": once,
+        "tldr": measure_tldr(args.cache),
+        "measured": measured(load),
+    }
     view = Table(title="two languages in one store")
     for column in (
         "questions",
@@ -291,7 +334,14 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     replace_table(args.doc, "mixed-language", table(results))
-    replace_table(args.doc, "mixed-language-tldr", tldr_table(results["tldr"]))
+    replace_table(
+        args.doc,
+        "mixed-language-once",
+        switched_table({f"{lang}, {k}": r for lang, rows in once.items() for k, r in rows.items()}),
+    )
+    replace_table(
+        args.doc, "mixed-language-tldr", switched_table({f"zh, {k}": r for k, r in results["tldr"].items()})
+    )
     console.print(f"wrote {args.out} and {args.doc}")
     return 0
 

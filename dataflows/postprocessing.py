@@ -79,7 +79,7 @@ def _l0_matches(hit: SearchHit, hint_terms: list[tuple[str, str, dict[str, str]]
 
 
 def _final_hits(
-    retrieval_attempts: list[SearchAttempt], retrieval_mode: str
+    retrieval_attempts: list[SearchAttempt], retrieval_mode: str, leader: SearchHit | None
 ) -> list[tuple[str, SearchHit, float, int]]:
     """Usable hits of the attempt(s) whose hits were used (the fallback decision's, and the
     search over other languages), each with the attempt that found them, its rank score and its
@@ -88,7 +88,8 @@ def _final_hits(
     The rank score is what post-processing orders and reranks by, in [0, 1]: the normalized
     cosine in dense mode; in sparse and hybrid mode, whose scores (BM25, rank fusion) have no
     fixed scale, the store's score as a share of the search's best, times
-    :func:`_other_languages_weight` for the search over other languages.
+    :func:`_other_languages_weight` for the search over other languages, whose ``leader``
+    (:func:`_other_languages_leader`) ranks first.
     """
     ranked = []
     weight = _other_languages_weight(retrieval_attempts)
@@ -99,10 +100,10 @@ def _final_hits(
         places = {hit.point_id: place for place, hit in enumerate(attempt.hits, start=1)}
         for hit in attempt.usable:
             trust = weight if attempt.kind == "other_languages" else 1.0
-            share = (hit.score / best if best > 0 else 0.0) * trust
+            share = 1.0 if hit is leader else (hit.score / best if best > 0 else 0.0) * trust
             rank_score = hit.normalized_score if retrieval_mode == "dense" else share
             ranked.append((attempt.kind, hit, rank_score, places[hit.point_id]))
-    return sorted(ranked, key=lambda row: -row[2])
+    return sorted(ranked, key=lambda row: (-row[2], row[1] is not leader))
 
 
 def _other_languages_weight(retrieval_attempts: list[SearchAttempt]) -> float:
@@ -114,6 +115,31 @@ def _other_languages_weight(retrieval_attempts: list[SearchAttempt]) -> float:
     others = _best_multilingual(a for a in used if a.kind == "other_languages")
     chosen = _best_multilingual(a for a in used if a.kind != "other_languages")
     return min(1.0, others / chosen) if others and chosen else 1.0
+
+
+def _other_languages_leader(retrieval_attempts: list[SearchAttempt]) -> tuple[SearchHit, float] | None:
+    """The search over other languages' best hit, and the multilingual cosine of the first hit
+    of the search the fallback chose, when the best means the question better (a higher cosine):
+    it ranks first. Both legs of that search favour the question's language (BM25 matches its
+    words only on pages written in it), so a page in it that does not answer led the answer
+    written in another (``docs/multilingual.md``, a knowledge base in two languages)."""
+    used = [attempt for attempt in retrieval_attempts if attempt.used]
+    others = [hit for a in used if a.kind == "other_languages" for hit in a.usable]
+    chosen = [hit for a in used if a.kind != "other_languages" for hit in a.usable]
+    if not others or not chosen:
+        return None
+    best = max(others, key=lambda hit: hit.multilingual_score or 0.0)
+    first = max(chosen, key=lambda hit: hit.score).multilingual_score
+    if first is None:  # found by its words alone: its meaning was not read, no comparison
+        return None
+    return (best, first) if (best.multilingual_score or 0.0) > first else None
+
+
+def _leader_reason(hit: SearchHit, first_cosine: float) -> str:
+    return (
+        f"other_languages:first (multilingual {hit.multilingual_score or 0.0:.2f}"
+        f" > the first search's first {first_cosine:.2f})"
+    )
 
 
 def _best_multilingual(attempts: Iterable[SearchAttempt]) -> float:
@@ -156,10 +182,14 @@ def candidates_df(
     hint_terms = _hint_terms(l0_hints)
     fusion = hybrid_fusion.method
     rows = []
-    ranked = _final_hits(retrieval_attempts, retrieval_mode)
+    leading = _other_languages_leader(retrieval_attempts)
+    leader = leading[0] if leading else None
+    ranked = _final_hits(retrieval_attempts, retrieval_mode, leader)
     for rank, (attempt, hit, rank_score, place) in enumerate(ranked, start=1):
         matches = _l0_matches(hit, hint_terms)
         signals = _signal_reasons(hit, place, retrieval_mode, fusion)
+        if leading and hit is leader:
+            signals.append(_leader_reason(hit, leading[1]))
         payload = hit.payload
         rows.append({
             "evidence_key": identity_key(hit, rank), "doc_id": hit.doc_id,

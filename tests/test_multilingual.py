@@ -562,6 +562,32 @@ def test_a_store_in_two_languages_returns_the_answer_written_in_the_other_one(
     assert chmod.language == "en" and "vector:other_languages" in chmod.hit_reasons
 
 
+def test_the_answer_in_the_other_language_leads_when_it_means_the_question_better(
+    two_language_store: Path, embedder
+) -> None:
+    """The German pages hold the question's words, so the first search ranks one of them first;
+    the English permissions page lies nearer the question's meaning (a higher multilingual
+    cosine than that first block's), so it leads."""
+    with _tool(two_language_store, embedder) as tool:
+        result = tool.lookup(QUESTIONS["de"][0])
+    first = result.evidence_blocks[0]
+    assert first.doc_id == "chmod" and "vector:other_languages" in first.hit_reasons
+    assert any(reason.startswith("other_languages:first (multilingual") for reason in first.hit_reasons)
+    attempts = {a.kind: a for a in result.retrieval_trace.attempts}
+    assert attempts["unfiltered"].hit_keys[0].split("#")[0] in GERMAN_NEIGHBOURS
+
+
+def test_a_page_in_the_questions_own_language_that_answers_keeps_the_lead(
+    two_language_store: Path, embedder
+) -> None:
+    with _tool(two_language_store, embedder) as tool:
+        result = tool.lookup("Wie kopiere ich eine Datei an einen anderen Ort?")
+    assert result.evidence_blocks[0].doc_id == "kopieren"
+    assert "other_languages" in {a.kind for a in result.retrieval_trace.attempts}
+    reasons = [reason for block in result.evidence_blocks for reason in block.hit_reasons]
+    assert not any(reason.startswith("other_languages:first") for reason in reasons)
+
+
 def test_with_other_languages_off_the_question_searches_once(two_language_store: Path, embedder) -> None:
     overrides = {"retrieval__retrieve_k": 3, "retrieval__return_n": 4, "multilingual__other_languages": False}
     with _tool(two_language_store, embedder, **overrides) as tool:
