@@ -274,6 +274,42 @@ def test_retrieve_k_return_n_and_legacy_top_k_precedence(
     assert len(result["evidenceBlocks"]) == min(return_n, sum(per_doc.values()))
 
 
+# -- the search over other languages ------------------------------------------------------------
+
+
+def _leg_hit(doc_id: str, score: float, multilingual: float | None):
+    """A hybrid hit: its fused ``score`` and its multilingual cosine (``None``: BM25 alone found it)."""
+    return replace(make_hit(doc_id, 0, 0.1), score=score, multilingual_score=multilingual)
+
+
+def _two_searches(first_cosine: float | None, other_cosine: float) -> pd.DataFrame:
+    """The first search ranks ``own`` (``first_cosine``) over ``own-2`` (0.45); the search over
+    other languages finds ``other`` (``other_cosine``) and ``other-2``."""
+    hits = [
+        ("unfiltered", _leg_hit("own", 1.0, first_cosine)),
+        ("unfiltered", _leg_hit("own-2", 0.8, 0.45)),
+        ("other_languages", _leg_hit("other", 0.9, other_cosine)),
+        ("other_languages", _leg_hit("other-2", 0.5, 0.3)),
+    ]
+    return candidates_df(attempts(hits), NO_HINTS, "hybrid", HybridFusion())
+
+
+def test_the_other_languages_best_leads_when_it_means_the_question_better_than_the_first():
+    df = _two_searches(0.40, 0.50)
+    assert list(df["doc_id"])[:2] == ["other", "own"]
+    reasons = df.iloc[0]["hit_reasons"]
+    assert "other_languages:first (multilingual 0.50 > the first search's first 0.40)" in reasons
+    assert not any(r.startswith("other_languages:first") for row in df.iloc[1:]["hit_reasons"] for r in row)
+
+
+def test_the_first_keeps_the_lead_when_nearer_or_found_by_its_words_alone():
+    nearer = _two_searches(0.55, 0.50)
+    words_alone = _two_searches(None, 0.50)  # no cosine to compare: a code block taken for English
+    for df in (nearer, words_alone):
+        assert list(df["doc_id"])[0] == "own"
+        assert not any(r.startswith("other_languages:first") for row in df["hit_reasons"] for r in row)
+
+
 # -- rerank -------------------------------------------------------------------------------------
 
 RICH_HINTS = L0Hints(
