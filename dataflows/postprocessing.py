@@ -130,7 +130,7 @@ def _other_languages_leader(retrieval_attempts: list[SearchAttempt]) -> tuple[Se
         return None
     best = max(others, key=lambda hit: hit.multilingual_score or 0.0)
     first = max(chosen, key=lambda hit: hit.score).multilingual_score
-    if first is None:  # found by its words alone: its meaning was not read, no comparison
+    if first is None:  # ranked by its words alone (not in the multilingual search's top): no cosine
         return None
     return (best, first) if (best.multilingual_score or 0.0) > first else None
 
