@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -79,7 +79,7 @@ def _l0_matches(hit: SearchHit, hint_terms: list[tuple[str, str, dict[str, str]]
 
 
 def _final_hits(
-    retrieval_attempts: list[SearchAttempt], retrieval_mode: str, leader: SearchHit | None
+    retrieval_attempts: list[SearchAttempt], retrieval_mode: str, weight: float, leader: SearchHit | None
 ) -> list[tuple[str, SearchHit, float, int]]:
     """Usable hits of the attempt(s) whose hits were used (the fallback decision's, and the
     search over other languages), each with the attempt that found them, its rank score and its
@@ -87,12 +87,11 @@ def _final_hits(
 
     The rank score is what post-processing orders and reranks by, in [0, 1]: the normalized
     cosine in dense mode; in sparse and hybrid mode, whose scores (BM25, rank fusion) have no
-    fixed scale, the store's score as a share of the search's best, times
-    :func:`_other_languages_weight` for the search over other languages, whose ``leader``
+    fixed scale, the store's score as a share of the search's best, times ``weight``
+    (:func:`_other_languages_weight`) for the search over other languages, whose ``leader``
     (:func:`_other_languages_leader`) ranks first.
     """
     ranked = []
-    weight = _other_languages_weight(retrieval_attempts)
     for attempt in retrieval_attempts:
         if not attempt.used:
             continue
@@ -106,44 +105,44 @@ def _final_hits(
     return sorted(ranked, key=lambda row: (-row[2], row[1] is not leader))
 
 
-def _other_languages_weight(retrieval_attempts: list[SearchAttempt]) -> float:
+def _used_hits(retrieval_attempts: list[SearchAttempt]) -> tuple[list[SearchHit], list[SearchHit]]:
+    """The usable hits of the search the fallback decision chose, and of the search over other
+    languages (none when it did not run)."""
+    used = [attempt for attempt in retrieval_attempts if attempt.used]
+    chosen = [hit for a in used if a.kind != "other_languages" for hit in a.usable]
+    others = [hit for a in used if a.kind == "other_languages" for hit in a.usable]
+    return chosen, others
+
+
+def _other_languages_weight(chosen: list[SearchHit], others: list[SearchHit]) -> float:
     """How far the search over other languages is trusted beside the one the fallback chose: its
     best multilingual cosine as a share of that one's (at most 1). On pages in the question's
     language, what it finds in another (a code block taken for English) lies far from the
     question and ranks below the pages' own answer."""
-    used = [attempt for attempt in retrieval_attempts if attempt.used]
-    others = _best_multilingual(a for a in used if a.kind == "other_languages")
-    chosen = _best_multilingual(a for a in used if a.kind != "other_languages")
-    return min(1.0, others / chosen) if others and chosen else 1.0
+    best_other, best_chosen = _best_multilingual(others), _best_multilingual(chosen)
+    return min(1.0, best_other / best_chosen) if best_other and best_chosen else 1.0
 
 
-def _other_languages_leader(retrieval_attempts: list[SearchAttempt]) -> tuple[SearchHit, float] | None:
-    """The search over other languages' best hit, and the multilingual cosine of the first hit
-    of the search the fallback chose, when the best means the question better (a higher cosine):
-    it ranks first. Both legs of that search favour the question's language (BM25 matches its
-    words only on pages written in it), so a page in it that does not answer led the answer
-    written in another (``docs/multilingual.md``, a knowledge base in two languages)."""
-    used = [attempt for attempt in retrieval_attempts if attempt.used]
-    others = [hit for a in used if a.kind == "other_languages" for hit in a.usable]
-    chosen = [hit for a in used if a.kind != "other_languages" for hit in a.usable]
+def _other_languages_leader(chosen: list[SearchHit], others: list[SearchHit]) -> tuple[SearchHit, str] | None:
+    """The search over other languages' best hit, with its hit reason, when it means the question
+    better (a higher multilingual cosine) than the first hit of the search the fallback chose: it
+    ranks first. Both legs of that search favour the question's language (BM25 matches its words
+    only on pages written in it), so a page in it that does not answer led the answer written in
+    another (``docs/multilingual.md``, a knowledge base in two languages)."""
     if not others or not chosen:
         return None
     best = max(others, key=lambda hit: hit.multilingual_score or 0.0)
     first = max(chosen, key=lambda hit: hit.score).multilingual_score
     if first is None:  # ranked by its words alone (not in the multilingual search's top): no cosine
         return None
-    return (best, first) if (best.multilingual_score or 0.0) > first else None
+    cosine = best.multilingual_score or 0.0
+    if cosine <= first:
+        return None
+    return best, f"other_languages:first (multilingual {cosine:.2f} > the first search's first {first:.2f})"
 
 
-def _leader_reason(hit: SearchHit, first_cosine: float) -> str:
-    return (
-        f"other_languages:first (multilingual {hit.multilingual_score or 0.0:.2f}"
-        f" > the first search's first {first_cosine:.2f})"
-    )
-
-
-def _best_multilingual(attempts: Iterable[SearchAttempt]) -> float:
-    return max((hit.multilingual_score or 0.0 for a in attempts for hit in a.usable), default=0.0)
+def _best_multilingual(hits: list[SearchHit]) -> float:
+    return max((hit.multilingual_score or 0.0 for hit in hits), default=0.0)
 
 
 def _shown_terms(hit: SearchHit) -> list[str]:
@@ -182,14 +181,15 @@ def candidates_df(
     hint_terms = _hint_terms(l0_hints)
     fusion = hybrid_fusion.method
     rows = []
-    leading = _other_languages_leader(retrieval_attempts)
-    leader = leading[0] if leading else None
-    ranked = _final_hits(retrieval_attempts, retrieval_mode, leader)
+    chosen, others = _used_hits(retrieval_attempts)
+    leader, leader_reason = _other_languages_leader(chosen, others) or (None, "")
+    weight = _other_languages_weight(chosen, others)
+    ranked = _final_hits(retrieval_attempts, retrieval_mode, weight, leader)
     for rank, (attempt, hit, rank_score, place) in enumerate(ranked, start=1):
         matches = _l0_matches(hit, hint_terms)
         signals = _signal_reasons(hit, place, retrieval_mode, fusion)
-        if leading and hit is leader:
-            signals.append(_leader_reason(hit, leading[1]))
+        if hit is leader:
+            signals.append(leader_reason)
         payload = hit.payload
         rows.append({
             "evidence_key": identity_key(hit, rank), "doc_id": hit.doc_id,
