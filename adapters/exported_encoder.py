@@ -85,7 +85,7 @@ def load_exported_encoder(model_path: str, runtime: Runtime, quantize: Quantize)
     export_dir = export_model(model_path)
     try:
         graph = _graph_file(export_dir, quantize)
-        session = _onnxruntime_session(graph) if runtime == "onnx" else _openvino_session(graph)
+        session = onnxruntime_session(graph) if runtime == "onnx" else _openvino_session(graph)
         return ExportedEncoder(export_dir, session, runtime, quantize)
     except ExportError:
         raise
@@ -119,7 +119,7 @@ def _graph_file(export_dir: Path, quantize: Quantize) -> Path:
         return export_dir / "model.onnx"
     quantized = export_dir / "model-int8.onnx"
     if not quantized.is_file():
-        _quantize(export_dir / "model.onnx", quantized)
+        quantize_graph(export_dir / "model.onnx", quantized)
     return quantized
 
 
@@ -196,8 +196,9 @@ def _export(model_path: str, export_dir: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _quantize(source: Path, target: Path) -> None:
-    """Dynamic int8 quantization of the weight MatMuls (activations quantized at run time).
+def quantize_graph(source: Path, target: Path, op_types: tuple[str, ...] = ("MatMul",)) -> None:
+    """Dynamic int8 quantization of the weight MatMuls (activations quantized at run time; with
+    ``Gather`` in ``op_types``, the embedding tables too).
 
     The feed-forward output projections stay float: their inputs (after GELU) carry the
     outliers that int8 clips; quantizing them too took the worst cosine to torch below 0.98.
@@ -210,7 +211,7 @@ def _quantize(source: Path, target: Path) -> None:
     staging = target.with_suffix(f".{os.getpid()}.tmp")
     quantize_dynamic(
         source, staging, weight_type=QuantType.QInt8, per_channel=True,
-        op_types_to_quantize=["MatMul"], nodes_to_exclude=outliers,
+        op_types_to_quantize=list(op_types), nodes_to_exclude=outliers,
     )  # fmt: skip
     staging.replace(target)
 
@@ -223,7 +224,7 @@ def _threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _onnxruntime_session(graph: Path) -> _Session:
+def onnxruntime_session(graph: Path) -> _Session:
     import onnxruntime as ort
 
     options = ort.SessionOptions()

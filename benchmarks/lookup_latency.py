@@ -61,8 +61,8 @@ SEARCH_NODES = {
 }  # the store round trips: the batch (or the one search), a few-matches search fused again, a threshold retry
 STAGES = ["embedding", "search", "postprocessing", "other_nodes", "hamilton_run"]
 POSTPROCESSING_NODES = {
-    "candidates_df", "screened_df", "deduped_df", "evidence_cuts", "reranked_df", "ranked_evidence_blocks",
-    "evidence_blocks", "context_pack",
+    "candidates_df", "screened_df", "deduped_df", "evidence_cuts", "answer_scores", "reranked_df",
+    "ranked_evidence_blocks", "evidence_blocks", "context_pack",
 }  # fmt: skip
 
 
@@ -186,6 +186,10 @@ def main() -> int:
             load_config(overrides=[f"store.path={args.store}", *args.overrides, "retrieval.mode=dense"])
         )
 
+        read = tool.variant(  # the lookup with the answerability reader (off by default): its cost
+            load_config(overrides=[f"store.path={args.store}", *args.overrides, "answerability.reader=true"])
+        )
+
         narrow = tool.variant(  # hybrid with each prefetch only retrieve_k wide: the prefetch's cost
             load_config(overrides=[f"store.path={args.store}", *args.overrides, "retrieval.prefetch_k=null"])
         )
@@ -219,12 +223,13 @@ def main() -> int:
             tool.lookup(text)
             timed_lookup(dense, text)
             timed_lookup(narrow, text)
+            timed_lookup(read, text)
             timed_lookup(tool, text, groups[:1])
         per_node: dict[str, list[float]] = {}
         stages = ["floor_encode", "floor", "total", *STAGES]
         extra = [
             "dense_lookup", *(f"dense_{stage}" for stage in STAGES),
-            "narrow_prefetch_lookup", "hybrid_floor", "hamilton_alone", "access_lookup",
+            "narrow_prefetch_lookup", "reader_on_lookup", "hybrid_floor", "hamilton_alone", "access_lookup",
         ]  # fmt: skip
         rows: dict[str, list[float]] = {name: [] for name in [*stages, *extra]}
         # Progress is redrawn between lookups, never from a refresh thread that would compete for
@@ -256,6 +261,8 @@ def main() -> int:
             new_shape()
             rows["narrow_prefetch_lookup"].append(timed_lookup(narrow, text))
             new_shape()
+            rows["reader_on_lookup"].append(timed_lookup(read, text))
+            new_shape()
             rows["access_lookup"].append(timed_lookup(tool, text, groups[:1]))
         progress.update(task, completed=len(queries) * args.rounds, refresh=True)
         progress.stop()
@@ -285,6 +292,8 @@ def main() -> int:
     console.print(own_table)
     prefetch_cost = summary["total"]["p50_ms"] - summary["narrow_prefetch_lookup"]["p50_ms"]
     access_ratio = summary["access_lookup"]["p50_ms"] / summary["total"]["p50_ms"]
+    reader_cost = summary["reader_on_lookup"]["p50_ms"] - summary["total"]["p50_ms"]
+    console.print(f"the answerability reader costs {reader_cost:.2f} ms at p50 (target <= 15)")
     console.print(
         f"Hamilton alone p50 {summary['hamilton_alone']['p50_ms']:.2f} ms; the "
         f"{config.retrieval.prefetch_k}-wide prefetch costs {prefetch_cost:.2f} ms at p50 against prefetches "
@@ -308,6 +317,7 @@ def main() -> int:
                 "own_work_targets_over_hamilton_alone": targets,
                 "prefetch_k": config.retrieval.prefetch_k,
                 "wide_prefetch_cost_p50_ms": prefetch_cost,
+                "answerability_reader_cost_p50_ms": reader_cost,
                 "access_lookup_over_lookup_p50": access_ratio,
                 "machine": machine(),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

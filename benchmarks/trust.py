@@ -173,18 +173,30 @@ def offtopic_groups(sets: list[JudgedSet], questions: dict[str, pd.DataFrame], p
     return groups
 
 
-def knowledge_base(judged: JudgedSet, cache: Path) -> tuple[KnowledgeTool, dict[str, Any]]:
+READER_ON = {"answerability.reader": True}  # the answerability reader (docs/answerability.md)
+
+
+def knowledge_base(
+    judged: JudgedSet, cache: Path, overrides: dict[str, Any] | None = None
+) -> tuple[KnowledgeTool, dict[str, Any]]:
     """The set's cached store as it is (a benchmark of the verdict, not of chunking: other
     work may change the chunker meanwhile); ingested only when missing."""
-    base = {"store.path": str(cache / f"trust-{judged.name}")}
+    base = {"store.path": str(cache / f"trust-{judged.name}"), **(overrides or {})}
     if not Path(base["store.path"]).is_dir():
-        return prepared_tool(judged.documents, cache, f"trust-{judged.name}", cached_vectors=True)
+        return prepared_tool(judged.documents, cache, f"trust-{judged.name}", overrides, cached_vectors=True)
     return KnowledgeTool.from_config(load_config(overrides=base)), base
 
 
-def measure_set(judged: JudgedSet, cache: Path, queries: pd.DataFrame, qrels: Qrels, offtopic: dict) -> dict:
+def measure_set(
+    judged: JudgedSet,
+    cache: Path,
+    queries: pd.DataFrame,
+    qrels: Qrels,
+    offtopic: dict,
+    overrides: dict[str, Any] | None = None,
+) -> dict:
     """Every lookup of one knowledge base, and its nDCG@10 with and without abstention."""
-    tool, base = knowledge_base(judged, cache)
+    tool, base = knowledge_base(judged, cache, overrides)
     answers = located_answers(judged.questions) if judged.passages else None
     with tool:
         unabstained = tool.variant(load_config(overrides={**base, "abstention.enabled": False}))
@@ -232,6 +244,17 @@ def passage_figures(records: pd.DataFrame) -> dict[str, Any]:
             for level in LEVELS
         },
         "unanswerable_levels": {level: int((wrong["level"] == level).sum()) for level in LEVELS},
+    }
+
+
+def summary(records: pd.DataFrame, measured: dict, passages: bool) -> dict[str, Any]:
+    """A variant's figures beside the default's: found shares, levels, passages and nDCG@10."""
+    return {
+        "ndcg@10": measured["ndcg@10"],
+        "found_rate": found_rates(records),
+        "calibration": calibration(records),
+        "unanswerable_levels": unanswerable_levels(records),
+        **({"passages": passage_figures(records)} if passages else {}),
     }
 
 
@@ -417,10 +440,34 @@ def own_set_tables(results: dict[str, Any]) -> dict[str, str]:
     return {"trust-own-sets": "\n".join(found), "trust-own-levels": "\n".join(levels)}
 
 
+def reader_table(results: dict[str, Any]) -> dict[str, str]:
+    """The answerability reader side by side (``--reader``): per store, each group's found share,
+    the top block's page and passage (sets built here) and nDCG@10, off -> on."""
+    sets = {name: b for name, b in results["sets"].items() if "reader_on" in b}
+    if not sets:
+        return {}
+    columns = [
+        *(f"{g} found" for g in OWN_GROUPS),
+        "top block's page answers",
+        "top block holds it",
+        "nDCG@10",
+    ]
+    rows = [_row(["knowledge base (reader off -> on)", *columns]), _row(["---"] * (len(columns) + 1))]
+    for name, off in sets.items():
+        on = off["reader_on"]
+        pair = [(off["found_rate"].get(g), on["found_rate"].get(g)) for g in OWN_GROUPS]
+        for key in ("top_page_answers", "top_block_answers"):
+            pair.append((off.get("passages", {}).get(key), on.get("passages", {}).get(key)))
+        cells = ["-" if a is None else f"{_share(a)} -> {_share(b)}" for a, b in pair]
+        rows.append(_row([name, *cells, f"{off['ndcg@10']:.4f} -> {on['ndcg@10']:.4f}"]))
+    return {"trust-reader": "\n".join(rows)}
+
+
 def write_doc(doc: Path, results: dict[str, Any], own_only: bool = False) -> None:
     """Each table of ``doc`` (docs/trust.md) rewritten whole from ``results``; its prose kept;
     with ``own_only``, only the tables of the sets built here."""
     tables = own_set_tables(results) if own_only else {**markdown_tables(results), **own_set_tables(results)}
+    tables |= reader_table(results)
     for name, table in tables.items():
         replace_table(doc, name, table)
 
@@ -448,7 +495,7 @@ def print_tables(results: dict[str, Any]) -> None:
         wrong = " / ".join(str(block["unanswerable_levels"][level]) for level in LEVELS)
         levels.add_row(name, *cells, wrong)
     console.print(levels)
-    for name, text in own_set_tables(results).items():
+    for name, text in (own_set_tables(results) | reader_table(results)).items():
         console.print(f"[bold]{name}[/bold]\n{text}")
 
 
@@ -463,6 +510,9 @@ def main() -> int:
     parser.add_argument("--own-sets", action="store_true", help="add the sets built here (benchmarks/sets)")
     parser.add_argument("--doc", type=Path, default=Path("docs/trust.md"))
     parser.add_argument("--from-json", action="store_true", help="rewrite the doc's tables from --out")
+    parser.add_argument(
+        "--reader", action="store_true", help="also measure each store with the answerability reader"
+    )
     args = parser.parse_args()
     if args.from_json:
         write_doc(args.doc, json.loads(args.out.read_text(encoding="utf-8")))
@@ -491,6 +541,9 @@ def main() -> int:
             **({"passages": passage_figures(frame)} if s.passages else {}),
             "records": frame.to_dict("records"),
         }
+        if args.reader:
+            on = measure_set(s, args.cache, queries, qrels, offtopic[s.name], READER_ON)
+            results["sets"][s.name]["reader_on"] = summary(pd.DataFrame(on.pop("records")), on, s.passages)
     results["leave_one_corpus_out"] = leave_one_out(frames, {s.name for s in sets if s.fitted})
     results["strictness_sweep"] = strictness_sweep(frames)
     print_tables(results)

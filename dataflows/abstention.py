@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from hamilton.function_modifiers import config
 
+from lookup_knowledge.adapters.answerability import AnswerabilityReader
 from lookup_knowledge.adapters.cjk_words import passage_sentences
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.payload import LANGUAGE_FIELD, TITLE_FIELD
@@ -48,6 +49,7 @@ EVIDENCE_REASONS = (
     "sentence_match",
 )
 CJK_LANGUAGES = ("zh", "ja", "ko")
+_TOPICAL = ("plausible", "informative_terms")  # what the reader may refuse: read from nearness and words
 _SAME = 1 - 1e-9  # an IDF read back at the unheld term's value, float rounding aside
 
 
@@ -633,6 +635,25 @@ def own_language_reason(
     return abstention_policy.own_language_meaning(cjk_meaning_reason, own_language_top, probe_cosine)
 
 
+def answer_top(answer_scores: dict[str, float] | None) -> float | None:
+    """The best answerability score among the returned blocks (``None``: not read)."""
+    return max(answer_scores.values()) if answer_scores else None
+
+
+def answerability_reason(
+    own_language_reason: VerdictReason,
+    answer_top: float | None,
+    answer_reader: AnswerabilityReader | None = None,
+) -> VerdictReason:
+    """The verdict once the reader read the question with the returned blocks: a question the
+    topical readings passed (``plausible``, ``informative_terms``) fails as ``not_answered`` when
+    no block reaches the reader's bar; a verbatim code or a named title stands (the question is
+    that code or page), and every other reason is as ``own_language_reason`` gave it."""
+    if answer_top is None or answer_reader is None or own_language_reason not in _TOPICAL:
+        return own_language_reason
+    return own_language_reason if answer_top >= answer_reader.bar else "not_answered"
+
+
 class MarginReadings(TypedDict):
     """What the verdict read of the margin: the best cosine against the store's null and bar."""
 
@@ -667,6 +688,20 @@ class MeaningReadings(TypedDict):
     probe_cosine: float | None
     own_language_top: float | None
     top_line_lead: float | None
+
+
+class AnswerReadings(TypedDict):
+    """What the answerability reader read: the best returned block's score and the bar."""
+
+    answer_top: float | None
+    answer_bar: float | None
+
+
+def answer_readings(
+    answer_top: float | None, answer_reader: AnswerabilityReader | None = None
+) -> AnswerReadings:
+    """The reader's best score over the returned blocks and its bar (``None``: not read, reader off)."""
+    return AnswerReadings(answer_top=answer_top, answer_bar=answer_reader.bar if answer_reader else None)
 
 
 def margin_readings(
@@ -735,28 +770,29 @@ def meaning_readings(
 
 
 def evidence_verdict(
-    own_language_reason: VerdictReason,
+    answerability_reason: VerdictReason,
     abstention_policy: AbstentionPolicy,
     margin_readings: MarginReadings,
     term_readings: TermReadings,
     meaning_readings: MeaningReadings,
     top_block_hit: SearchHit | None,
+    answer_readings: AnswerReadings,
 ) -> EvidenceVerdict:
-    """Whether the usable hits plausibly answer the question (``own_language_reason``: the
-    verdict's reason, read again for a question in another language and for its meaning; every
-    reason passes with ``abstention.enabled`` off), with what that was read from."""
+    """Whether the usable hits plausibly answer the question (``answerability_reason``, the last
+    reading of the reason; any passes with ``abstention.enabled`` off), and what was read."""
     if top_block_hit is None:  # no hits: nothing read but the query's terms and the bar
         bar = {key: margin_readings[key] for key in ("strictness", "own_questions_p5")}
         return EvidenceVerdict(
             plausible=False, reason="no_candidates", query_terms=term_readings["query_terms"], **bar
         )
     return EvidenceVerdict(
-        plausible=not abstention_policy.enabled or own_language_reason in EVIDENCE_REASONS,
-        reason=own_language_reason,
+        plausible=not abstention_policy.enabled or answerability_reason in EVIDENCE_REASONS,
+        reason=answerability_reason,
         **_places(top_block_hit),
         **margin_readings,
         **term_readings,
         **meaning_readings,
+        **answer_readings,
     )
 
 

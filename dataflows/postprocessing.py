@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lookup_knowledge.adapters.answerability import AnswerabilityReader, passage_text
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.l0_index import normalize
 from lookup_knowledge.adapters.multilingual import prose_lines
@@ -367,6 +368,29 @@ def line_scores(
         row["evidence_key"]: float(max(cosine[line] for line in block))
         for row, block in zip(rows, lines, strict=True)
     }
+
+
+def answer_scores(
+    deduped_df: pd.DataFrame,
+    query: str,
+    query_language: str,
+    answer_reader: AnswerabilityReader | None = None,
+) -> dict[str, float] | None:
+    """For an English question, each kept block's answerability score by evidence key: the
+    reader's probability that the block answers it, read from the question and the block's
+    text together (``adapters/answerability.py``); ``None`` for a question in another language, a
+    block not in English (the reader is trained on English only), ``answerability.reader`` off, or
+    the reader failing."""
+    rows = records(deduped_df)
+    languages = {row["payload"].get(LANGUAGE_FIELD) for row in rows}
+    if answer_reader is None or query_language != "en" or not rows or languages - {"en", None}:
+        return None
+    texts = [passage_text(row["title"], row["breadcrumb"], row["content"] or "") for row in rows]
+    try:
+        scores = answer_reader.scores(query, texts)
+    except RuntimeError:  # onnxruntime failed: the verdict reads as without the reader
+        return None
+    return {row["evidence_key"]: float(score) for row, score in zip(rows, scores, strict=True)}
 
 
 def reranked_df(

@@ -220,6 +220,10 @@ class AbstentionConfig(_Section):
     own_questions: bool = True
 
 
+class AnswerabilityConfig(_Section):
+    reader: bool = False
+
+
 class RecorderConfig(_Section):
     url: str | None = None
     timeout_s: float = Field(2.0, gt=0, le=60)
@@ -342,6 +346,7 @@ class Config(_Section):
     rerank: RerankConfig = RerankConfig()
     context: ContextConfig = ContextConfig()
     abstention: AbstentionConfig = AbstentionConfig()
+    answerability: AnswerabilityConfig = AnswerabilityConfig()
     recorder: RecorderConfig = RecorderConfig()
     access: AccessConfig = AccessConfig()
     tracing: TracingConfig = TracingConfig()

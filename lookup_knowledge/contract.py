@@ -29,6 +29,7 @@ VerdictReason = Literal[
     "multilingual_match",
     "sentence_match",
     "below_multilingual_floor",
+    "not_answered",
 ]
 FallbackRule = Literal["relative", "threshold"]
 RetrievalMode = Literal["dense", "sparse", "hybrid"]
@@ -303,7 +304,9 @@ class EvidenceVerdict(ContractModel):
         "chit-chat whose words a page holds; docs/cjk.md), or a question in another language than "
         "English passed by the dense and word readings on pages in its own language while those are "
         "far from it in meaning (own_language_top under the floor) or it reads like a probe question "
-        "(docs/multilingual.md)"
+        "(docs/multilingual.md); not_answered: an English question the other readings passed (plausible, "
+        "informative_terms) while the answerability reader finds no returned block answering it "
+        "(answer_top under answer_bar; docs/answerability.md)"
     )
     margin: float | None = Field(
         None,
@@ -395,6 +398,16 @@ class EvidenceVerdict(ContractModel):
         description="a question asked across languages: how far the top block's best line cosine lies "
         "above the best of every other returned block (negative: another's is better; None: lines not "
         "read); relevance_level reads it",
+    )
+    answer_top: float | None = Field(
+        None,
+        description="answerability.reader on, an English question: the best score of the answerability "
+        "reader (a cross-encoder reading question and block together, trained to give the probability "
+        "that the block answers) among the returned blocks; off its training data it reads low "
+        "(docs/answerability.md). None: not read (off, another language)",
+    )
+    answer_bar: float | None = Field(
+        None, description="the score the reader's validation answers reached (None: reader off)"
     )
     strictness: float = Field(
         1.5,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lookup_knowledge.adapters.answerability import AnswerabilityReader, shipped_reader
 from lookup_knowledge.adapters.dask_cluster import DaskEmbedder
 from lookup_knowledge.adapters.embedder import SentenceTransformerEmbedder
 from lookup_knowledge.adapters.errors import StoreBackendError
@@ -38,6 +39,12 @@ def build_multilingual_embedder(config: Config, use: str = "vectors") -> Multili
     if not multilingual_installed():
         require("multilingual", f"multilingual.{use}: {setting}")
     return MultilingualEmbedder(max_chars=m.max_chars, threads=m.threads)
+
+
+def build_answer_reader(config: Config) -> AnswerabilityReader | None:
+    """The shipped answerability reader when ``answerability.reader`` is on (loaded once per
+    process), else ``None``."""
+    return shipped_reader() if config.answerability.reader else None
 
 
 def build_cluster_embedder(config: Config, client: Any) -> DaskEmbedder:

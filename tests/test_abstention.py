@@ -598,6 +598,7 @@ def _code_verdict(sample_kb: SampleKB, returned: list[str]) -> EvidenceVerdict:
         "retrieval_attempts": [SearchAttempt("unfiltered", None, 20, hits=hits, usable=hits)],
         "reranked_df": object_frame(rows, RERANK_COLUMNS),
         "line_scores": None,  # an English question: no block read by its lines
+        "answer_scores": None,  # the answerability reader off (its default)
         "evidence_blocks": [],
         "abstention_policy": AbstentionPolicy(strictness=20.0),
         "retrieval_mode": "hybrid",

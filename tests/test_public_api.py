@@ -63,6 +63,10 @@ def test_the_package_builds_without_warnings_and_ships_its_data(tmp_path: Path) 
     assert sum(name.startswith("lookup_knowledge/sample-kb/") for name in names) == 30
     assert "lookup_knowledge/sample-eval/qrels.tsv" in names
     assert "lookup_knowledge/configs/default.yaml" in names
+    reader = {
+        f"lookup_knowledge/models/answerability/{f}" for f in ("model.onnx", "tokenizer.json", "config.json")
+    }
+    assert reader <= set(names)  # the answerability reader's weights: no download
     assert {
         "lookup_knowledge/review/templates/base.html",
         "lookup_knowledge/review/static/review.css",

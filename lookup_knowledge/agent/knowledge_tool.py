@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lookup_knowledge.adapters.answerability import AnswerabilityReader
 from lookup_knowledge.adapters.embedder import Embedder, EmbedderError
 from lookup_knowledge.adapters.errors import StoreError
 from lookup_knowledge.adapters.l0_index import L0Index
@@ -40,6 +41,7 @@ from lookup_knowledge.pipeline import (
     settings_inputs,
 )
 from lookup_knowledge.stores import (
+    build_answer_reader,
     build_embedder,
     build_multilingual_embedder,
     calibration_path,
@@ -66,6 +68,7 @@ class KnowledgeTool:
         search_port: KnowledgeSearchPort | None = None,
         embedder: Embedder | None = None,
         multilingual_embedder: Embedder | None = None,
+        answer_reader: AnswerabilityReader | None = None,
         l0_index: L0Index | None = None,
         adapters: Sequence[Any] = (),
         require_store: bool | None = None,
@@ -76,6 +79,7 @@ class KnowledgeTool:
         self.sessions = SessionMemory(config.recorder.session_memory)
         self.embedder = embedder or build_embedder(config)
         self.multilingual_embedder = multilingual_embedder or build_multilingual_embedder(config, "search")
+        self.answer_reader = answer_reader or build_answer_reader(config)
         self._owned_store = None
         # read from its file: read again when the file changes (an ingest in this process or another)
         self._l0_from_file = l0_index is None
@@ -97,6 +101,7 @@ class KnowledgeTool:
             "search_port": self.search_port,
             "embedder": self.embedder,
             "multilingual_embedder": self.multilingual_embedder,
+            "answer_reader": self.answer_reader,
             "l0_index": self.l0_index,
             "store_calibration": self.store_calibration,
             **settings_inputs(config),
@@ -128,6 +133,7 @@ class KnowledgeTool:
             search_port=self.search_port,
             embedder=self.embedder,
             multilingual_embedder=self.multilingual_embedder,
+            answer_reader=self.answer_reader if config.answerability.reader else None,
             l0_index=self.l0_index,
             store_calibration=self.store_calibration,
         )

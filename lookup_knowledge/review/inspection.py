@@ -36,6 +36,7 @@ VERDICT_WORDS = {  # the evidence_verdict node's reasons (contract.EvidenceVerdi
     "sentence_match": "the best hits hold some of the question's words and one sentence is close in meaning",
     "below_multilingual_floor": "the best hits hold the question's words but are far from it in meaning, "
     "or it reads like small talk",
+    "not_answered": "the answerability reader read the question with each returned block: none answers it",
 }
 DECISION_WORDS = {  # contract.DecisionRule
     "no_filter": "one unfiltered search: no category filter, nothing to decide",
