@@ -534,11 +534,8 @@ def main() -> int:
         frames[s.name] = frame
         results["sets"][s.name] = {
             **measured,
-            "found_rate": found_rates(frame),
-            "calibration": calibration(frame),
-            "unanswerable_levels": unanswerable_levels(frame),
+            **summary(frame, measured, s.passages),
             "hints": hint_meaning(frame),
-            **({"passages": passage_figures(frame)} if s.passages else {}),
             "records": frame.to_dict("records"),
         }
         if args.reader:

@@ -381,9 +381,10 @@ def answer_scores(
     text together (``adapters/answerability.py``); ``None`` for a question in another language, a
     block not in English (the reader is trained on English only), ``answerability.reader`` off, or
     the reader failing."""
+    if answer_reader is None or query_language != "en":  # the default: nothing read, nothing built
+        return None
     rows = records(deduped_df)
-    languages = {row["payload"].get(LANGUAGE_FIELD) for row in rows}
-    if answer_reader is None or query_language != "en" or not rows or languages - {"en", None}:
+    if not rows or {row["payload"].get(LANGUAGE_FIELD) for row in rows} - {"en", None}:
         return None
     texts = [passage_text(row["title"], row["breadcrumb"], row["content"] or "") for row in rows]
     try:
