@@ -26,7 +26,7 @@ from difflib import SequenceMatcher
 from pathlib import Path
 
 SETS = Path(__file__).with_name("sets")
-OWN_SETS = ("docs-site", "handbook")
+OWN_SETS = ("docs-site", "handbook", "benefits")
 HELD_SHARE = 0.8
 _PLAIN = str.maketrans(
     {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "*": " ", "`": " ", "_": " "}

@@ -3,7 +3,7 @@
     python benchmarks/trust.py [--cache benchmarks/.cache] [--out benchmarks/results/trust.json]
                                [--offtopic-per-set 60] [--held-out] [--sample-kb] [--own-sets]
                                [--sets NAME ...] [--doc docs/trust.md]
-    python benchmarks/trust.py --own-sets --sets docs-site handbook   # only the sets built here
+    python benchmarks/trust.py --own-sets --sets docs-site handbook benefits   # only the sets built here
     python benchmarks/trust.py --from-json   # rewrite docs/trust.md's tables from --out only
 
 Each judged collection is the knowledge base in turn (SciFact; classic-dev's four collections,
