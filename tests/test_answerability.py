@@ -6,6 +6,7 @@ is the real one."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,6 +54,24 @@ def test_scores_are_probabilities_one_per_passage_and_none_for_no_passage(reader
     assert scores.shape == (3,) and np.all((scores >= 0) & (scores <= 1))
     assert reader.scores(QUESTION, []).shape == (0,)
     assert reader.scores("q" * 50_000, [ANSWERING]).shape == (1,)  # both sides cut to the model's length
+
+
+def test_a_reader_reads_at_most_its_length_in_tokens(reader) -> None:
+    """The length the model was trained at (its config) unless told another (a smaller reader)."""
+    short = AnswerabilityReader(max_length=32)
+    assert reader.max_length == 256 and short.max_length == 32 and short.bar == reader.bar
+    assert len(short.tokenizer.encode(QUESTION, ANSWERING).ids) == 32
+    assert abs(float(short.scores(QUESTION, [ANSWERING])[0] - reader.scores(QUESTION, [ANSWERING])[0])) > 0.1
+
+
+def test_the_written_training_questions_are_complete() -> None:
+    """Each written question names its kind and page, with its located answer or what is absent."""
+    path = Path(__file__).parents[1] / "benchmarks" / "answerability" / "hugo-questions.jsonl"
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    kinds = {"answerable": "answer", "unanswerable": "why"}
+    assert {r["kind"] for r in records} == set(kinds) and len(records) > 1000
+    assert all(r["question"].strip() and r["page"].endswith(".md") and r[kinds[r["kind"]]] for r in records)
+    assert len({r["question"].lower() for r in records}) == len(records)
 
 
 def test_the_passage_read_is_title_breadcrumb_and_text_without_repeating_the_title() -> None:
