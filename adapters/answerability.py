@@ -26,7 +26,8 @@ def passage_text(title: str | None, breadcrumb: str | None, content: str) -> str
 
 class AnswerabilityReader:
     """Scores (question, passage) pairs: the probability that the passage answers the question;
-    ``bar`` is the score the trained model's validation answers reached (its ``config.json``)."""
+    ``bar`` is the score the trained model's validation answers reached and ``max_length`` the
+    tokens it reads of a pair (its ``config.json``, unless given)."""
 
     def __init__(
         self, model_dir: Path = MODEL_DIR, bar: float | None = None, max_length: int | None = None

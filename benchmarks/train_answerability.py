@@ -371,6 +371,7 @@ def fit(
     limit: int | None = None,
     layers: int = 6,
     max_length: int = MAX_LENGTH,
+    learning_rate: float = 4e-5,
 ) -> dict:
     """Fine-tune the cross-encoder (the encoder's first ``layers`` layers) on the train split (its
     first ``limit`` pairs: a smoke run), export and quantize it into ``model_dir``, and read its bar
@@ -401,7 +402,7 @@ def fit(
     work = PAIRS.parent / "run"
     arguments = CrossEncoderTrainingArguments(
         output_dir=str(work), num_train_epochs=epochs, per_device_train_batch_size=16,
-        learning_rate=4e-5, warmup_steps=0.1, weight_decay=0.01, seed=SEED, data_seed=SEED,
+        learning_rate=learning_rate, warmup_steps=0.1, weight_decay=0.01, seed=SEED, data_seed=SEED,
         save_strategy="no", logging_steps=50, report_to="none", use_cpu=True,
         dataloader_num_workers=0,
     )  # fmt: skip
@@ -513,12 +514,21 @@ def main() -> int:
     parser.add_argument("--written", action="store_true", help="add the questions written for hugo-docs")
     parser.add_argument("--layers", type=int, default=6, help="the encoder's first N layers (of 6)")
     parser.add_argument("--max-length", type=int, default=MAX_LENGTH, help="tokens of question and passage")
+    parser.add_argument("--learning-rate", type=float, default=4e-5)
     args = parser.parse_args()
     start = time.time()
     if args.stage in ("pairs", "all"):
         build_pairs(args.cache, args.written)
     if args.stage in ("train", "all"):
-        fit(pd.read_parquet(PAIRS), args.out, args.epochs, args.limit, args.layers, args.max_length)
+        fit(
+            pd.read_parquet(PAIRS),
+            args.out,
+            args.epochs,
+            args.limit,
+            args.layers,
+            args.max_length,
+            args.learning_rate,
+        )
     console.print(f"done in {time.time() - start:.0f} s")
     return 0
 
