@@ -311,7 +311,7 @@ def changed_questions(pairs: list[dict], rng: random.Random) -> list[dict]:
     frequency = Counter(w for p in pairs for w in set(_content_words(p["passage"])))
     pools: dict[str, set[str]] = {}
     for pair in pairs:
-        pools.setdefault(_source(pair), set()).update(_content_words(pair["question"]))
+        pools.setdefault(_source_of(pair["group"]), set()).update(_content_words(pair["question"]))
     changed = []
     for pair in pairs:
         passage = pair["passage"].lower()
@@ -319,7 +319,7 @@ def changed_questions(pairs: list[dict], rng: random.Random) -> list[dict]:
         if pair["label"] != 1 or not held:
             continue
         key = min(held, key=lambda w: (frequency[w], w))  # the rarest held word carries the question
-        pool = sorted(pools[_source(pair)])
+        pool = sorted(pools[_source_of(pair["group"])])
         swap = next((w for w in rng.sample(pool, min(50, len(pool))) if w not in passage), None)
         question = re.sub(
             rf"(?<![\w-]){re.escape(key)}(?![\w-])", swap or key, pair["question"], count=1, flags=re.I
@@ -327,10 +327,6 @@ def changed_questions(pairs: list[dict], rng: random.Random) -> list[dict]:
         if question != pair["question"]:
             changed.append({**pair, "question": question, "label": 0, "kind": "question changed"})
     return changed
-
-
-def _source(pair: dict) -> str:
-    return _source_of(pair["group"])
 
 
 def _source_of(group: str) -> str:
@@ -393,9 +389,10 @@ def fit(
     train = frame[frame["split"] == "train"]
     train = train.head(limit) if limit else train
     model = CrossEncoder(str(get_model_path()), num_labels=1, max_length=max_length, device="cpu")
-    encoder = model.model.base_model.encoder  # fewer layers: a faster reader
-    encoder.layer = encoder.layer[:layers]
-    model.model.config.num_hidden_layers = layers
+    encoder = model.model.base_model.encoder
+    if layers < len(encoder.layer):  # the first layers only: a faster reader
+        encoder.layer = encoder.layer[:layers]
+        model.model.config.num_hidden_layers = layers
     dataset = Dataset.from_pandas(
         train[["question", "passage", "label"]].astype({"label": "float32"}), preserve_index=False
     )
